@@ -1,0 +1,1 @@
+//! Canonical form of filters.

@@ -1,0 +1,1 @@
+//! Cranelift JIT of the trie.

@@ -1,0 +1,1 @@
+//! Collision-free hash tables for disjunction nodes.
