@@ -1,11 +1,105 @@
-//! Temporary linear engine; replaced by the merged trie.
+//! The merged filter trie (DPF §2) and the engine around it.
+//!
+//! Each installed conjunction (a *rule*) is a path of canonical steps. Rules
+//! are merged along their longest common prefix; at every node, `==` tests
+//! of the same field are one *disjunction* (a map from constant to child),
+//! other tests and indirect shifts are separate branches.
+//!
+//! Both engines explore the trie depth-first, branch and bound: every node
+//! knows the highest priority below it (`pot`), so a branch that cannot beat
+//! the best accept so far is skipped, and an accept that beats everything
+//! still to explore ends the search.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use crate::canon::{canonicalize, CAtom, CField, CShift, Canon, Step};
+use crate::filter::Op;
+use crate::jit::{self, Compiled};
 use crate::{DpfError, Engine, Filter, FilterId};
 
-pub struct Dpf {
-    rules: Vec<(FilterId, Vec<Filter>)>,
-    next: u32,
-    _engine: Engine,
+pub type NodeId = usize;
+
+/// Most rules (conjunctions) installed at once.
+pub const MAX_RULES: usize = 1 << 20;
+
+/// A disjunction with more keys than this is resolved by a perfect hash
+/// table instead of a compare chain (the paper switches after three).
+pub const CHAIN_MAX: usize = 4;
+
+/// What a rule accepts with: higher `prio` wins, then the lower id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accept {
+    pub prio: u16,
+    pub id: FilterId,
 }
+
+impl Accept {
+    /// True if `self` wins over `other`.
+    pub fn beats(&self, other: &Accept) -> bool {
+        self.prio > other.prio || (self.prio == other.prio && self.id < other.id)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Disj {
+    pub field: CField,
+    pub keys: BTreeMap<u32, NodeId>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    pub accepts: Vec<Accept>,
+    pub disjs: Vec<Disj>,
+    pub tests: Vec<(CAtom, NodeId)>,
+    pub shifts: Vec<(CShift, NodeId)>,
+    /// Highest priority of any accept in this subtree (0 if none).
+    pub pot: u16,
+    /// Fewest bytes past the region base that any accept below needs.
+    pub need: u32,
+}
+
+impl Node {
+    pub fn is_leaf(&self) -> bool {
+        self.disjs.is_empty() && self.tests.is_empty() && self.shifts.is_empty()
+    }
+
+    /// The accept that wins among those ending here.
+    pub fn best_accept(&self) -> Option<Accept> {
+        self.accepts
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.beats(&a) { b } else { a })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Rule {
+    canon: Canon,
+    prio: u16,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Times the trie was compiled to native code.
+    pub compiles: u64,
+    /// Inserts and deletes that only changed a hash table (no code).
+    pub fast_updates: u64,
+}
+
+/// A DPF demultiplexer: `insert` filters, `demux` frames.
+pub struct Dpf {
+    engine: Engine,
+    nodes: Vec<Node>,
+    free: Vec<NodeId>,
+    filters: HashMap<FilterId, Vec<Rule>>,
+    rules: usize,
+    next_id: u32,
+    compiled: Option<Compiled>,
+    stats: Stats,
+}
+
+const ROOT: NodeId = 0;
 
 impl Default for Dpf {
     fn default() -> Self {
@@ -14,36 +108,468 @@ impl Default for Dpf {
 }
 
 impl Dpf {
+    /// A demultiplexer using the JIT.
     pub fn new() -> Dpf {
         Dpf::with_engine(Engine::Jit)
     }
+
     pub fn with_engine(engine: Engine) -> Dpf {
-        Dpf { rules: Vec::new(), next: 0, _engine: engine }
+        let mut d = Dpf {
+            engine,
+            nodes: vec![Node::default()],
+            free: Vec::new(),
+            filters: HashMap::new(),
+            rules: 0,
+            next_id: 0,
+            compiled: None,
+            stats: Stats::default(),
+        };
+        d.recompile();
+        d
     }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn len(&self) -> usize {
+        self.filters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    /// Installs one filter; its priority is its number of atoms.
     pub fn insert(&mut self, f: &Filter) -> Result<FilterId, DpfError> {
         self.insert_any(std::slice::from_ref(f))
     }
+
+    /// Installs the disjunction of `fs` under one id.
     pub fn insert_any(&mut self, fs: &[Filter]) -> Result<FilterId, DpfError> {
-        for f in fs {
-            f.validate()?;
+        self.insert_with(fs, None)
+    }
+
+    /// Installs the disjunction of `fs` with an explicit priority.
+    pub fn insert_with(&mut self, fs: &[Filter], prio: Option<u16>) -> Result<FilterId, DpfError> {
+        if fs.is_empty() {
+            return Err(DpfError::Invalid("no conjunction to install".into()));
         }
-        let id = FilterId(self.next);
-        self.next += 1;
-        self.rules.push((id, fs.to_vec()));
+        if self.rules + fs.len() > MAX_RULES {
+            return Err(DpfError::TooManyFilters(self.rules + fs.len()));
+        }
+        let rules = fs
+            .iter()
+            .map(|f| {
+                let canon = canonicalize(f)?;
+                let prio = prio.unwrap_or(canon.atom_count().min(u16::MAX as usize) as u16);
+                Ok(Rule { canon, prio })
+            })
+            .collect::<Result<Vec<_>, DpfError>>()?;
+        let id = FilterId(self.next_id);
+        self.next_id = self
+            .next_id
+            .checked_add(1)
+            .ok_or(DpfError::TooManyFilters(u32::MAX as usize))?;
+        let mut fast = true;
+        for r in &rules {
+            fast &= self.add_rule(r, id);
+        }
+        self.rules += rules.len();
+        self.filters.insert(id, rules);
+        if fast {
+            self.stats.fast_updates += 1;
+        } else {
+            self.recompile();
+        }
         Ok(id)
     }
+
     pub fn delete(&mut self, id: FilterId) -> Result<(), DpfError> {
-        let n = self.rules.len();
-        self.rules.retain(|r| r.0 != id);
-        if n == self.rules.len() { Err(DpfError::NoSuchFilter(id)) } else { Ok(()) }
+        let rules = self.filters.remove(&id).ok_or(DpfError::NoSuchFilter(id))?;
+        self.rules -= rules.len();
+        let mut fast = true;
+        for r in &rules {
+            fast &= self.remove_rule(r, id);
+        }
+        if fast {
+            self.stats.fast_updates += 1;
+        } else {
+            self.recompile();
+        }
+        Ok(())
     }
+
+    /// Classifies a frame: the winning filter, if any accepts it.
     pub fn demux(&self, frame: &[u8]) -> Option<FilterId> {
-        self.rules.iter().find(|r| r.1.iter().any(|f| f.matches(frame))).map(|r| r.0)
+        match (&self.engine, &self.compiled) {
+            (Engine::Jit, Some(c)) => c.run(frame),
+            _ => self.interpret(frame),
+        }
     }
-    pub fn explain(&self) -> String {
-        String::new()
+
+    /// The reference interpreter, whatever the engine.
+    pub fn interpret(&self, frame: &[u8]) -> Option<FilterId> {
+        let mut best = None;
+        self.walk(ROOT, frame, 0, &mut best);
+        best.map(|a: Accept| a.id)
     }
+
+    /// Evaluates every rule on its own, straight from the canonical form.
+    pub fn brute_force(&self, frame: &[u8]) -> Option<FilterId> {
+        let mut best: Option<Accept> = None;
+        for (&id, rules) in &self.filters {
+            for r in rules {
+                let a = Accept { prio: r.prio, id };
+                if r.canon.matches(frame) && best.is_none_or(|b| a.beats(&b)) {
+                    best = Some(a);
+                }
+            }
+        }
+        best.map(|a| a.id)
+    }
+
+    /// Size in bytes of the generated code (0 with the interpreter).
     pub fn code_size(&self) -> usize {
-        0
+        self.compiled.as_ref().map_or(0, |c| c.code_size())
+    }
+
+    /// Canonical rules, the trie, and the generated code size.
+    pub fn explain(&self) -> String {
+        let mut s = String::new();
+        let mut ids: Vec<_> = self.filters.keys().copied().collect();
+        ids.sort();
+        let _ = writeln!(s, "canonical filters:");
+        for id in ids {
+            for r in &self.filters[&id] {
+                let _ = writeln!(s, "  {id} prio {}: {}", r.prio, r.canon);
+            }
+        }
+        let _ = writeln!(s, "trie ({} nodes):", self.nodes.len() - self.free.len());
+        self.dump(ROOT, 1, &mut s);
+        match &self.compiled {
+            Some(c) => {
+                let _ = writeln!(
+                    s,
+                    "native code: {} bytes, {} hash tables, {} compiles, {} fast updates",
+                    c.code_size(),
+                    c.tables(),
+                    self.stats.compiles,
+                    self.stats.fast_updates
+                );
+                let _ = write!(s, "{}", c.notes());
+            }
+            None => {
+                let _ = writeln!(s, "engine: interpreter");
+            }
+        }
+        s
+    }
+
+    pub(crate) fn node(&self, n: NodeId) -> &Node {
+        &self.nodes[n]
+    }
+
+    pub(crate) fn root(&self) -> NodeId {
+        ROOT
+    }
+
+    fn dump(&self, n: NodeId, depth: usize, s: &mut String) {
+        let node = &self.nodes[n];
+        let pad = "  ".repeat(depth);
+        for a in &node.accepts {
+            let _ = writeln!(s, "{pad}accept {} (prio {})", a.id, a.prio);
+        }
+        for d in &node.disjs {
+            let how = if d.keys.len() > CHAIN_MAX {
+                "hash"
+            } else {
+                "compare chain"
+            };
+            let _ = writeln!(s, "{pad}{} == one of {} keys ({how})", d.field, d.keys.len());
+            for (k, &c) in &d.keys {
+                let _ = writeln!(s, "{pad}  == {k:#x}");
+                self.dump(c, depth + 2, s);
+            }
+        }
+        for (a, c) in &node.tests {
+            let _ = writeln!(s, "{pad}{a}");
+            self.dump(*c, depth + 1, s);
+        }
+        for (sh, c) in &node.shifts {
+            let _ = writeln!(s, "{pad}{sh}");
+            self.dump(*c, depth + 1, s);
+        }
+    }
+
+    fn walk(&self, n: NodeId, frame: &[u8], base: usize, best: &mut Option<Accept>) {
+        let node = &self.nodes[n];
+        if best.is_some_and(|b| b.prio > node.pot) {
+            return;
+        }
+        if let Some(a) = node.best_accept() {
+            if best.is_none_or(|b| a.beats(&b)) {
+                *best = Some(a);
+            }
+        }
+        for d in &node.disjs {
+            if let Some(v) = d.field.read(frame, base) {
+                if let Some(&c) = d.keys.get(&v) {
+                    self.walk(c, frame, base, best);
+                }
+            }
+        }
+        for (a, c) in &node.tests {
+            if a.eval(frame, base) == Some(true) {
+                self.walk(*c, frame, base, best);
+            }
+        }
+        for (sh, c) in &node.shifts {
+            if let Some(nb) = sh.apply(frame, base) {
+                self.walk(*c, frame, nb, best);
+            }
+        }
+    }
+
+    fn alloc(&mut self) -> NodeId {
+        match self.free.pop() {
+            Some(n) => {
+                self.nodes[n] = Node::default();
+                n
+            }
+            None => {
+                self.nodes.push(Node::default());
+                self.nodes.len() - 1
+            }
+        }
+    }
+
+    /// Merges a rule into the trie. Returns true if the compiled code is
+    /// still right: the rule only added a leaf key to a hashed disjunction
+    /// (the paper's fast case), or another accept to such a leaf.
+    fn add_rule(&mut self, r: &Rule, id: FilterId) -> bool {
+        let mut n = ROOT;
+        let mut created_at = None;
+        for (i, step) in r.canon.steps.iter().enumerate() {
+            let (next, created) = self.child(n, step);
+            if created && created_at.is_none() {
+                created_at = Some(i);
+            }
+            n = next;
+        }
+        let accept = Accept { prio: r.prio, id };
+        self.nodes[n].accepts.push(accept);
+        let path = self.path(&r.canon);
+        self.refresh(&path);
+        let last = r.canon.steps.len() - 1;
+        let fast = match created_at {
+            None => self.compiled.as_ref().is_some_and(|c| c.leaf_slot(n)),
+            Some(i) => i == last && matches!(r.canon.steps[i], Step::Test(a) if a.op == Op::Eq),
+        };
+        fast && self.sync_leaf(n, &path, accept.prio)
+    }
+
+    /// Updates the hash slot of leaf `n` (the last node of `path`) in the
+    /// compiled tables. False if the code must be regenerated instead.
+    fn sync_leaf(&mut self, n: NodeId, path: &[NodeId], prio: u16) -> bool {
+        let parent = path[path.len() - 2];
+        let Some((field, key)) = self.nodes[parent].disjs.iter().find_map(|d| {
+            d.keys
+                .iter()
+                .find(|(_, &c)| c == n)
+                .map(|(&k, _)| (d.field, k))
+        }) else {
+            return false;
+        };
+        let best = self.nodes[n].best_accept();
+        let Some(c) = self.compiled.as_mut() else {
+            return false;
+        };
+        c.set_leaf(n, parent, field, key, best, prio)
+    }
+
+    /// The child of `n` along `step`, created if missing.
+    fn child(&mut self, n: NodeId, step: &Step) -> (NodeId, bool) {
+        let found = match step {
+            Step::Test(a) if a.op == Op::Eq => self.nodes[n]
+                .disjs
+                .iter()
+                .find(|d| d.field == a.field)
+                .and_then(|d| d.keys.get(&a.value).copied()),
+            Step::Test(a) => self.nodes[n]
+                .tests
+                .iter()
+                .find(|(t, _)| t == a)
+                .map(|&(_, c)| c),
+            Step::Shift(s) => self.nodes[n]
+                .shifts
+                .iter()
+                .find(|(t, _)| t == s)
+                .map(|&(_, c)| c),
+        };
+        if let Some(c) = found {
+            return (c, false);
+        }
+        let c = self.alloc();
+        let node = &mut self.nodes[n];
+        match step {
+            Step::Test(a) if a.op == Op::Eq => {
+                match node.disjs.iter_mut().find(|d| d.field == a.field) {
+                    Some(d) => {
+                        d.keys.insert(a.value, c);
+                    }
+                    None => node.disjs.push(Disj {
+                        field: a.field,
+                        keys: BTreeMap::from([(a.value, c)]),
+                    }),
+                }
+            }
+            Step::Test(a) => node.tests.push((*a, c)),
+            Step::Shift(s) => node.shifts.push((*s, c)),
+        }
+        (c, true)
+    }
+
+    /// The nodes along a rule's path, root first.
+    fn path(&self, canon: &Canon) -> Vec<NodeId> {
+        let mut path = vec![ROOT];
+        let mut n = ROOT;
+        for step in &canon.steps {
+            let node = &self.nodes[n];
+            n = match step {
+                Step::Test(a) if a.op == Op::Eq => node
+                    .disjs
+                    .iter()
+                    .find(|d| d.field == a.field)
+                    .and_then(|d| d.keys.get(&a.value).copied()),
+                Step::Test(a) => node.tests.iter().find(|(t, _)| t == a).map(|&(_, c)| c),
+                Step::Shift(s) => node.shifts.iter().find(|(t, _)| t == s).map(|&(_, c)| c),
+            }
+            .expect("rule path is in the trie");
+            path.push(n);
+        }
+        path
+    }
+
+    /// Recomputes `pot` and `need` bottom-up along a path.
+    fn refresh(&mut self, path: &[NodeId]) {
+        for &n in path.iter().rev() {
+            let (pot, need) = self.summarize(n);
+            let node = &mut self.nodes[n];
+            node.pot = pot;
+            node.need = need;
+        }
+    }
+
+    fn summarize(&self, n: NodeId) -> (u16, u32) {
+        let node = &self.nodes[n];
+        let mut pot = node.best_accept().map_or(0, |a| a.prio);
+        let mut need = if node.accepts.is_empty() { u32::MAX } else { 0 };
+        for d in &node.disjs {
+            for &c in d.keys.values() {
+                pot = pot.max(self.nodes[c].pot);
+                need = need.min(d.field.end().max(self.nodes[c].need));
+            }
+        }
+        for (a, c) in &node.tests {
+            pot = pot.max(self.nodes[*c].pot);
+            need = need.min(a.field.end().max(self.nodes[*c].need));
+        }
+        for (s, c) in &node.shifts {
+            pot = pot.max(self.nodes[*c].pot);
+            // The next region's needs are checked after the shift.
+            need = need.min(s.field.end());
+        }
+        (pot, need)
+    }
+
+    /// Removes a rule's accept and prunes the nodes left empty. Returns true
+    /// if the compiled code is still right.
+    fn remove_rule(&mut self, r: &Rule, id: FilterId) -> bool {
+        let path = self.path(&r.canon);
+        let leaf = *path.last().unwrap();
+        let node = &mut self.nodes[leaf];
+        let i = node
+            .accepts
+            .iter()
+            .position(|a| a.id == id && a.prio == r.prio)
+            .expect("rule accept is in the trie");
+        node.accepts.swap_remove(i);
+        let mut fast = self.nodes[leaf].is_leaf()
+            && path.len() >= 2
+            && self.compiled.as_ref().is_some_and(|c| c.leaf_slot(leaf));
+        if fast {
+            fast = self.sync_leaf(leaf, &path, 0);
+        }
+        // Prune bottom-up every node with nothing left below it.
+        for w in (1..path.len()).rev() {
+            let (n, parent) = (path[w], path[w - 1]);
+            let node = &self.nodes[n];
+            if !(node.is_leaf() && node.accepts.is_empty()) {
+                break;
+            }
+            let p = &mut self.nodes[parent];
+            for d in &mut p.disjs {
+                d.keys.retain(|_, c| *c != n);
+            }
+            p.disjs.retain(|d| !d.keys.is_empty());
+            p.tests.retain(|(_, c)| *c != n);
+            p.shifts.retain(|(_, c)| *c != n);
+            self.free.push(n);
+            if let Some(c) = self.compiled.as_mut() {
+                c.forget(n);
+            }
+            if w < path.len() - 1 {
+                // An inner node went away: the code has a block for it.
+                fast = false;
+            }
+        }
+        self.refresh(&path[..path.len() - 1]);
+        fast
+    }
+
+    fn recompile(&mut self) {
+        self.compiled = match self.engine {
+            Engine::Jit => {
+                self.stats.compiles += 1;
+                Some(jit::compile(self))
+            }
+            Engine::Interp => None,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpreter_prefers_the_more_specific_filter() {
+        let mut d = Dpf::with_engine(Engine::Interp);
+        let listen = d
+            .insert(&"12:16 == 0x800 & 23:8 == 6 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80".parse().unwrap())
+            .unwrap();
+        let conn = d
+            .insert(&"12:16 == 0x800 & 23:8 == 6 & 26:32 == 0x0a000001 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80 & 0:16 == 1234".parse().unwrap())
+            .unwrap();
+        let mut f = vec![0u8; 54];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[23] = 6;
+        f[26..30].copy_from_slice(&[10, 0, 0, 1]);
+        f[34..36].copy_from_slice(&1234u16.to_be_bytes());
+        f[36..38].copy_from_slice(&80u16.to_be_bytes());
+        assert_eq!(d.demux(&f), Some(conn));
+        f[35] = 1;
+        assert_eq!(d.demux(&f), Some(listen));
+        assert_eq!(d.demux(&f[..37]), None);
+        d.delete(listen).unwrap();
+        assert_eq!(d.demux(&f), None);
+        d.delete(conn).unwrap();
+        assert_eq!(d.nodes.len() - d.free.len(), 1);
     }
 }
