@@ -1,0 +1,179 @@
+//! The Internet checksum (RFC 1071) and its incremental update (RFC 1624).
+//!
+//! Sums here are 16-bit one's-complement sums *before* the final complement, so they
+//! can be combined with [`add`] (e.g. a pseudo-header sum plus a segment sum) and
+//! complemented once at the end. Verifying a region that contains its checksum field
+//! yields a sum of `0xffff`.
+
+use std::net::Ipv4Addr;
+
+/// One's-complement sum of `data` as big-endian 16-bit words (an odd last byte is
+/// padded with zero), folded to 16 bits.
+///
+/// Fast path (RFC 1071 §2(B), §4.1 "deferred carries"): the one's-complement sum is
+/// byte-order independent, so words are loaded 64 bits at a time in native order into a
+/// `u64` accumulator with end-around carry, 32 bytes per iteration, then 8 bytes, then
+/// the zero-padded tail. The folded result is swapped back to network order once.
+/// Any alignment is accepted; loads are byte copies.
+pub fn sum(data: &[u8]) -> u16 {
+    let mut acc = 0u64;
+    let mut blocks = data.chunks_exact(32);
+    for b in &mut blocks {
+        acc = add64(acc, load(&b[0..8]));
+        acc = add64(acc, load(&b[8..16]));
+        acc = add64(acc, load(&b[16..24]));
+        acc = add64(acc, load(&b[24..32]));
+    }
+    let mut words = blocks.remainder().chunks_exact(8);
+    for w in &mut words {
+        acc = add64(acc, load(w));
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        let mut last = [0u8; 8];
+        last[..tail.len()].copy_from_slice(tail);
+        acc = add64(acc, u64::from_ne_bytes(last));
+    }
+    // Native-order 16-bit lanes are byte-swapped words on little-endian hosts; the
+    // one's-complement sum of swapped words is the swapped sum (RFC 1071 §2(B)).
+    u16::from_be(fold(acc))
+}
+
+/// Straightforward RFC 1071 §4.1 sum, word by word; the oracle for [`sum`].
+pub fn sum_reference(data: &[u8]) -> u16 {
+    let acc = data
+        .chunks(2)
+        .map(|w| u64::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
+        .sum();
+    fold(acc)
+}
+
+/// The Internet checksum of `data`: the complement of [`sum`].
+pub fn checksum(data: &[u8]) -> u16 {
+    !sum(data)
+}
+
+/// One's-complement addition of two folded sums. Combining sums of consecutive regions
+/// is only valid when every region but the last has even length.
+pub fn add(a: u16, b: u16) -> u16 {
+    let s = u32::from(a) + u32::from(b);
+    ((s & 0xffff) + (s >> 16)) as u16
+}
+
+/// Sum of the IPv4 pseudo-header that UDP (RFC 768) and TCP (RFC 9293 §3.1) include in
+/// their checksums, binding the segment to its addresses, protocol and length.
+pub fn pseudo_header_sum(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, len: u16) -> u16 {
+    let mut ph = [0u8; 12];
+    ph[0..4].copy_from_slice(&src.octets());
+    ph[4..8].copy_from_slice(&dst.octets());
+    ph[9] = proto;
+    ph[10..12].copy_from_slice(&len.to_be_bytes());
+    sum(&ph)
+}
+
+/// New checksum after one 16-bit word of the covered data changes from `old` to `new`
+/// (RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`), without touching the rest of the data
+/// — what a NAT or TTL decrement needs.
+///
+/// Equals recomputation except that when the new data sums to zero the result may be
+/// `0x0000` where recomputation gives `0xffff` (the two one's-complement zeros); RFC 1624
+/// §3 explains why eqn. 3 is the form that never produces a wrong non-zero value.
+pub fn update(old_cksum: u16, old: u16, new: u16) -> u16 {
+    !add(add(!old_cksum, !old), new)
+}
+
+/// [`update`] for a 32-bit field (e.g. an IPv4 address), as two 16-bit words.
+pub fn update_u32(old_cksum: u16, old: u32, new: u32) -> u16 {
+    let c = update(old_cksum, (old >> 16) as u16, (new >> 16) as u16);
+    update(c, old as u16, new as u16)
+}
+
+fn load(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(b);
+    u64::from_ne_bytes(w)
+}
+
+/// Add with end-around carry (RFC 1071 §2(A)).
+fn add64(a: u64, b: u64) -> u64 {
+    let (s, carry) = a.overflowing_add(b);
+    s + u64::from(carry)
+}
+
+/// Fold a wide one's-complement sum to 16 bits.
+fn fold(mut acc: u64) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// RFC 1071 §3 worked example.
+    #[test]
+    fn rfc1071_example() {
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(sum(&data), 0xddf2);
+        assert_eq!(sum_reference(&data), 0xddf2);
+    }
+
+    #[test]
+    fn empty_and_odd() {
+        assert_eq!(sum(&[]), 0);
+        assert_eq!(sum(&[0xab]), 0xab00);
+        assert_eq!(sum(&[0xff; 64]), 0xffff);
+    }
+
+    #[test]
+    fn update_rfc1624_example() {
+        // RFC 1624 §4: HC = 0xdd2f, m = 0x5555 -> m' = 0x3285 gives HC' = 0x0000.
+        assert_eq!(update(0xdd2f, 0x5555, 0x3285), 0x0000);
+    }
+
+    /// Both checksum encodings of zero are the same one's-complement value.
+    fn same_ones_complement(a: u16, b: u16) -> bool {
+        a == b || (a | b == 0xffff && (a == 0 || b == 0))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn fast_equals_reference(buf in proptest::collection::vec(any::<u8>(), 0..2100),
+                                 off in 0usize..16, cut in 0usize..16) {
+            let start = off.min(buf.len());
+            let end = buf.len().saturating_sub(cut).max(start);
+            let s = &buf[start..end];
+            prop_assert_eq!(sum(s), sum_reference(s));
+        }
+
+        #[test]
+        fn combine_equals_whole(buf in proptest::collection::vec(any::<u8>(), 0..600),
+                                split in 0usize..300) {
+            let split = (split * 2).min(buf.len() & !1);
+            prop_assert_eq!(add(sum(&buf[..split]), sum(&buf[split..])), sum(&buf));
+        }
+
+        #[test]
+        fn incremental_equals_recomputed(mut buf in proptest::collection::vec(any::<u8>(), 8..400),
+                                         at in 0usize..200, new16 in any::<u16>(), new32 in any::<u32>()) {
+            let len = buf.len() & !1;
+            let i = (at * 2) % (len - 2);
+            let old = checksum(&buf[..len]);
+            let old16 = u16::from_be_bytes([buf[i], buf[i + 1]]);
+            buf[i..i + 2].copy_from_slice(&new16.to_be_bytes());
+            let c16 = update(old, old16, new16);
+            prop_assert!(same_ones_complement(c16, checksum(&buf[..len])));
+
+            let j = (at * 2) % (len - 4);
+            let old32 = u32::from_be_bytes([buf[j], buf[j + 1], buf[j + 2], buf[j + 3]]);
+            buf[j..j + 4].copy_from_slice(&new32.to_be_bytes());
+            let c32 = update_u32(c16, old32, new32);
+            prop_assert!(same_ones_complement(c32, checksum(&buf[..len])));
+        }
+    }
+}
