@@ -285,6 +285,12 @@ impl Dpf {
             let _ = writeln!(s, "{pad}accept {} (prio {})", a.id, a.prio);
         }
         for d in &node.disjs {
+            if d.keys.len() == 1 {
+                let (k, &c) = d.keys.iter().next().unwrap();
+                let _ = writeln!(s, "{pad}{} == {k:#x}", d.field);
+                self.dump(c, depth + 1, s);
+                continue;
+            }
             let how = if d.keys.len() > CHAIN_MAX {
                 "hash"
             } else {
