@@ -235,7 +235,9 @@ mod tests {
 
     #[test]
     fn structurally_different_filters_become_equal() {
-        let a = canon("12:16 == 0x800 & SHIFT(6 + 6 + 2) & 9:8 == 6 & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80");
+        let a = canon(
+            "12:16 == 0x800 & SHIFT(6 + 6 + 2) & 9:8 == 6 & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80",
+        );
         let b = canon(
             "(10:32 & 0x0000ffff) == 0x0800 & SHIFT(14) & 9:8 == 6 & SHIFT(0) & SHIFT((0:8 & 0xf) << 2) & (0:32 & 0xffff) <= 80 & 2:16 >= 80 & 2:16 == 80",
         );

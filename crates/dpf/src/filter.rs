@@ -257,9 +257,7 @@ impl Filter {
             return Err(DpfError::TooManyElems(self.elems.len()));
         }
         if self.atom_count() == 0 {
-            return Err(DpfError::Invalid(
-                "a filter needs at least one atom".into(),
-            ));
+            return Err(DpfError::Invalid("a filter needs at least one atom".into()));
         }
         let mut indirect = 0;
         let mut pending: u64 = 0;
@@ -565,7 +563,9 @@ impl Parser {
             self.pos = save;
         }
         let field = self.field()?;
-        let op = self.op().ok_or_else(|| self.error("expected a comparison operator"))?;
+        let op = self
+            .op()
+            .ok_or_else(|| self.error("expected a comparison operator"))?;
         let value = self.num("constant", u32::MAX as u64)? as u32;
         Ok(Elem::Atom(Atom { field, op, value }))
     }
@@ -590,8 +590,8 @@ impl Parser {
         let offset = self.num("offset", limits::MAX_OFFSET as u64)? as u32;
         self.expect(":")?;
         let bits = self.num("width in bits", 64)? as u32;
-        let width = Width::from_bits(bits)
-            .ok_or_else(|| self.error("width must be 8, 16 or 32 bits"))?;
+        let width =
+            Width::from_bits(bits).ok_or_else(|| self.error("width must be 8, 16 or 32 bits"))?;
         let mut mask = width.full_mask();
         if paren {
             if self.eat("&") {
@@ -691,7 +691,9 @@ mod tests {
         let f = Filter::new().eq(0, Width::U16, 0x0102);
         assert!(f.matches(&[1, 2]));
         assert!(!f.matches(&[1]));
-        let g = Filter::new().shift_by(0, Width::U8, 0x0f, 2).eq(0, Width::U8, 9);
+        let g = Filter::new()
+            .shift_by(0, Width::U8, 0x0f, 2)
+            .eq(0, Width::U8, 9);
         let mut frame = [0u8; 9];
         frame[0] = 2;
         frame[8] = 9;

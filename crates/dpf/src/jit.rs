@@ -642,8 +642,7 @@ impl Gen<'_, '_> {
         let mut window = self.window(&atoms, r, checked);
         loop {
             let node = dpf.node(child);
-            if !node.accepts.is_empty() || node.disjs.len() != 1 || node.disjs[0].keys.len() != 1
-            {
+            if !node.accepts.is_empty() || node.disjs.len() != 1 || node.disjs[0].keys.len() != 1 {
                 break;
             }
             if !node.tests.is_empty() || !node.shifts.is_empty() {

@@ -198,7 +198,9 @@ impl PerfectHash {
             self.sizes[b] = None;
             return;
         }
-        let need = (keys.len() * keys.len()).next_power_of_two().trailing_zeros();
+        let need = (keys.len() * keys.len())
+            .next_power_of_two()
+            .trailing_zeros();
         if let Some(bits) = self.sizes[b] {
             if bits >= need && self.try_fill(b, self.buckets[b]) {
                 return;

@@ -296,7 +296,12 @@ impl Dpf {
             } else {
                 "compare chain"
             };
-            let _ = writeln!(s, "{pad}{} == one of {} keys ({how})", d.field, d.keys.len());
+            let _ = writeln!(
+                s,
+                "{pad}{} == one of {} keys ({how})",
+                d.field,
+                d.keys.len()
+            );
             for (k, &c) in &d.keys {
                 let _ = writeln!(s, "{pad}  == {k:#x}");
                 self.dump(c, depth + 2, s);
@@ -557,7 +562,11 @@ mod tests {
     fn interpreter_prefers_the_more_specific_filter() {
         let mut d = Dpf::with_engine(Engine::Interp);
         let listen = d
-            .insert(&"12:16 == 0x800 & 23:8 == 6 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80".parse().unwrap())
+            .insert(
+                &"12:16 == 0x800 & 23:8 == 6 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80"
+                    .parse()
+                    .unwrap(),
+            )
             .unwrap();
         let conn = d
             .insert(&"12:16 == 0x800 & 23:8 == 6 & 26:32 == 0x0a000001 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == 80 & 0:16 == 1234".parse().unwrap())

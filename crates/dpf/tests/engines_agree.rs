@@ -74,9 +74,18 @@ fn filter(rng: &mut Rng, model: &[u8]) -> Filter {
                     1 => w.full_mask() >> 8 | 1,
                     _ => w.full_mask(),
                 };
-                let seen = read_be(model, base + off as usize, w).unwrap_or(rng.next() as u32)
-                    & mask;
-                let op = rng.pick(&[Op::Eq, Op::Eq, Op::Eq, Op::Ne, Op::Lt, Op::Le, Op::Gt, Op::Ge]);
+                let seen =
+                    read_be(model, base + off as usize, w).unwrap_or(rng.next() as u32) & mask;
+                let op = rng.pick(&[
+                    Op::Eq,
+                    Op::Eq,
+                    Op::Eq,
+                    Op::Ne,
+                    Op::Lt,
+                    Op::Le,
+                    Op::Gt,
+                    Op::Ge,
+                ]);
                 let value = match op {
                     Op::Eq | Op::Ne | Op::Le | Op::Ge => seen,
                     Op::Lt => seen.saturating_add(rng.below(3) as u32) & w.full_mask(),
@@ -100,8 +109,18 @@ fn check(seed: u64, nfilters: usize) {
     let agree = |jit: &Dpf, interp: &Dpf, what: &str, log: &str| {
         for f in &fr {
             let (a, b, c) = (jit.demux(f), interp.demux(f), interp.brute_force(f));
-            assert_eq!(b, c, "interp vs brute force, seed {seed} {what}\n{log}\n{}\nframe {f:02x?}", interp.explain());
-            assert_eq!(a, b, "jit vs interp, seed {seed} {what}\n{log}\n{}\nframe {f:02x?}", jit.explain());
+            assert_eq!(
+                b,
+                c,
+                "interp vs brute force, seed {seed} {what}\n{log}\n{}\nframe {f:02x?}",
+                interp.explain()
+            );
+            assert_eq!(
+                a,
+                b,
+                "jit vs interp, seed {seed} {what}\n{log}\n{}\nframe {f:02x?}",
+                jit.explain()
+            );
         }
     };
     for i in 0..nfilters {
@@ -110,7 +129,13 @@ fn check(seed: u64, nfilters: usize) {
             .map(|_| filter(&mut rng, &model))
             .collect();
         let prio = (rng.below(4) == 0).then(|| rng.below(8) as u16);
-        log += &format!("insert {prio:?}: {}\n", conj.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" | "));
+        log += &format!(
+            "insert {prio:?}: {}\n",
+            conj.iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
         let a = jit.insert_with(&conj, prio);
         let b = interp.insert_with(&conj, prio);
         assert_eq!(a, b);

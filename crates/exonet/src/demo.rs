@@ -60,10 +60,7 @@ fn applications() -> Vec<(String, String)> {
             "ping".to_string(),
             "icmp and dst host 10.77.0.1".to_string(),
         ),
-        (
-            "arp".to_string(),
-            "arp and dst host 10.77.0.1".to_string(),
-        ),
+        ("arp".to_string(), "arp and dst host 10.77.0.1".to_string()),
     ];
     for i in 0..RPC_PORTS {
         apps.push((
@@ -97,7 +94,19 @@ fn traffic(n: usize, seed: u64) -> Vec<Vec<u8>> {
     let them = MacAddr([0x02, 0, 0, 0, 0, 2]);
     let peer = |rng: &mut Rng| Ipv4Addr::new(10, 77, 1, 2 + rng.below(200) as u8);
     let tcp = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, fl: u8| {
-        build::tcp_frame(them, us, src, dst, sport, dport, fl, 1, 1, &[], b"GET / HTTP/1.1\r\n")
+        build::tcp_frame(
+            them,
+            us,
+            src,
+            dst,
+            sport,
+            dport,
+            fl,
+            1,
+            1,
+            &[],
+            b"GET / HTTP/1.1\r\n",
+        )
     };
     let udp = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16| {
         build::udp_frame(them, us, src, dst, sport, dport, &[0u8; 48])
@@ -217,7 +226,10 @@ fn run_inner(args: &DemoArgs) -> Result<(), String> {
         apps.len(),
         frames.len()
     );
-    println!("{:<26} {:>9} {:>7}  filter", "application", "frames", "share");
+    println!(
+        "{:<26} {:>9} {:>7}  filter",
+        "application", "frames", "share"
+    );
     let share = |n: usize| 100.0 * n as f64 / frames.len() as f64;
     let mut rpc = (0usize, 0usize);
     for ((name, expr), &n) in apps.iter().zip(&counts) {

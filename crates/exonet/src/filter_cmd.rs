@@ -59,8 +59,8 @@ fn run_inner(args: &FilterArgs) -> Result<(), String> {
         print!("{}", dpf.explain());
     }
     if let Some(path) = &args.read {
-        let frames = exonet_wire::pcap::read_frames(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let frames =
+            exonet_wire::pcap::read_frames(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut out = String::new();
         for (i, frame) in frames.iter().enumerate() {
             if dpf.demux(frame) == Some(id) {

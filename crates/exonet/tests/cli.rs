@@ -21,7 +21,11 @@ fn write_capture(name: &str) -> PathBuf {
     let mut w = PcapWriter::new(std::io::BufWriter::new(file)).unwrap();
     let a = MacAddr([2, 0, 0, 0, 0, 1]);
     let b = MacAddr([2, 0, 0, 0, 0, 2]);
-    let hosts = [Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2), Ipv4Addr::new(10, 77, 3, 9)];
+    let hosts = [
+        Ipv4Addr::new(10, 77, 0, 1),
+        Ipv4Addr::new(10, 77, 0, 2),
+        Ipv4Addr::new(10, 77, 3, 9),
+    ];
     let ports = [22u16, 53, 80, 443, 8080];
     let mut n = 0u32;
     for (i, &src) in hosts.iter().enumerate() {
@@ -30,7 +34,9 @@ fn write_capture(name: &str) -> PathBuf {
                 for &dp in &ports {
                     let k = (i * 7 + j * 3 + sp as usize + dp as usize) % 6;
                     let mut frame = match k {
-                        0 | 1 => build::tcp_frame(a, b, src, dst, sp, dp, flags::SYN, 1, 0, &[], b""),
+                        0 | 1 => {
+                            build::tcp_frame(a, b, src, dst, sp, dp, flags::SYN, 1, 0, &[], b"")
+                        }
                         2 | 3 => build::udp_frame(a, b, src, dst, sp, dp, b"hello"),
                         4 => build::icmp_echo(a, b, src, dst, sp, dp, b"ping"),
                         _ => build::arp_request(a, src, dst),
@@ -40,7 +46,8 @@ fn write_capture(name: &str) -> PathBuf {
                         frame[20] = 0x00;
                         frame[21] = 0x10;
                     }
-                    w.write_packet(Duration::from_millis(n as u64), &frame).unwrap();
+                    w.write_packet(Duration::from_millis(n as u64), &frame)
+                        .unwrap();
                     n += 1;
                 }
             }
@@ -52,10 +59,20 @@ fn write_capture(name: &str) -> PathBuf {
 
 #[test]
 fn demo_runs_and_engines_agree() {
-    let out = exonet().args(["demo", "--frames", "20000"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = exonet()
+        .args(["demo", "--frames", "20000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("JIT and interpreter agree on all 20000 frames"), "{text}");
+    assert!(
+        text.contains("JIT and interpreter agree on all 20000 frames"),
+        "{text}"
+    );
     assert!(text.contains("web (10.77.1.5:40000)"));
 }
 
@@ -71,11 +88,18 @@ fn filter_explain_shows_trie_and_code() {
     assert!(text.contains("SHIFT(14 + (14:8 & 0xf) << 2)"), "{text}");
     assert!(text.contains("native code:"), "{text}");
     let out = exonet()
-        .args(["filter", "--dpf", "12:16 == 0x800 & SHIFT(14) & 9:8 == 6", "--explain"])
+        .args([
+            "filter",
+            "--dpf",
+            "12:16 == 0x800 & SHIFT(14) & 9:8 == 6",
+            "--explain",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8(out.stdout).unwrap().contains("23:8 == 0x6"));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("23:8 == 0x6"));
 }
 
 #[test]
@@ -114,7 +138,11 @@ fn filter_read_matches_tcpdump() {
             .arg(&path)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{expr}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{expr}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let ours: Vec<u32> = String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -131,7 +159,11 @@ fn filter_read_matches_tcpdump() {
             .arg(expr)
             .output()
             .unwrap();
-        assert!(td.status.success(), "tcpdump {expr}: {}", String::from_utf8_lossy(&td.stderr));
+        assert!(
+            td.status.success(),
+            "tcpdump {expr}: {}",
+            String::from_utf8_lossy(&td.stderr)
+        );
         let theirs: Vec<u32> = String::from_utf8(td.stdout)
             .unwrap()
             .lines()
