@@ -154,11 +154,9 @@ impl Dpf {
         self.insert_with(fs, None)
     }
 
-    /// Installs the disjunction of `fs` with an explicit priority.
+    /// Installs the disjunction of `fs` with an explicit priority. An empty
+    /// disjunction is allowed: it never matches (`ip and not ip`).
     pub fn insert_with(&mut self, fs: &[Filter], prio: Option<u16>) -> Result<FilterId, DpfError> {
-        if fs.is_empty() {
-            return Err(DpfError::Invalid("no conjunction to install".into()));
-        }
         if self.rules + fs.len() > MAX_RULES {
             return Err(DpfError::TooManyFilters(self.rules + fs.len()));
         }
