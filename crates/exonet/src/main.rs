@@ -1,1 +1,40 @@
-fn main() {}
+//! `exonet`: the one binary of exonet (see DESIGN.md "The parts").
+//!
+//! Each subcommand lives in its own module and is one variant of [`Command`];
+//! `main` only parses the command line and dispatches.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod demo;
+mod filter_cmd;
+
+#[derive(Debug, Parser)]
+#[command(name = "exonet", version, about = "User-level networking for Linux")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The tour: classify a realistic traffic mix for a host's applications
+    /// with DPF (needs no privileges).
+    Demo(demo::DemoArgs),
+    /// Compile a filter (tcpdump or DPF syntax); explain it or run it over a
+    /// capture file.
+    Filter(filter_cmd::FilterArgs),
+    /// Measure exonet and its peers side by side (JSON lines on stdout).
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(args) => demo::run(&args),
+        Command::Filter(args) => filter_cmd::run(&args),
+        Command::Bench(args) => bench::run(&args),
+    }
+}

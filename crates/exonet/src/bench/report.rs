@@ -1,0 +1,348 @@
+//! Benchmark output: one JSON object per line on stdout, and a summary table.
+//!
+//! A measured line is exactly
+//! `{"suite":"dpf","case":"tcp10","system":"exonet-jit","metric":"ns_per_pkt","value":3.1}`;
+//! a system that failed (e.g. classified a frame differently from the case's
+//! filters) has `"error":"<why>"` in place of `"value"`, and a system that
+//! could not run here (no root, no clang, the kernel refused) has
+//! `"skipped":"<why>"` and no metric.
+
+use std::fmt::Write as _;
+
+/// How one (case, system) measurement ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Value(f64),
+    Error(String),
+    Skipped(String),
+}
+
+/// One line of output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub suite: String,
+    pub case: String,
+    pub system: String,
+    pub metric: String,
+    pub outcome: Outcome,
+}
+
+impl Record {
+    /// The record as one JSON object (no trailing newline).
+    pub fn json(&self) -> String {
+        let mut s = format!(
+            "{{\"suite\":{},\"case\":{},\"system\":{}",
+            json_string(&self.suite),
+            json_string(&self.case),
+            json_string(&self.system)
+        );
+        match &self.outcome {
+            Outcome::Value(v) if v.is_finite() => {
+                let _ = write!(
+                    s,
+                    ",\"metric\":{},\"value\":{}",
+                    json_string(&self.metric),
+                    json_number(*v)
+                );
+            }
+            Outcome::Value(v) => {
+                let _ = write!(
+                    s,
+                    ",\"metric\":{},\"error\":{}",
+                    json_string(&self.metric),
+                    json_string(&format!("not a finite number: {v}"))
+                );
+            }
+            Outcome::Error(e) => {
+                let _ = write!(
+                    s,
+                    ",\"metric\":{},\"error\":{}",
+                    json_string(&self.metric),
+                    json_string(e)
+                );
+            }
+            Outcome::Skipped(r) => {
+                let _ = write!(s, ",\"skipped\":{}", json_string(r));
+            }
+        }
+        s.push('}');
+        s
+    }
+}
+
+/// A JSON string literal.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A finite number as a JSON number, rounded to three decimals
+/// (`3.1`, `12`, `0.042`); never in exponent form.
+pub fn json_number(v: f64) -> String {
+    let r = (v * 1000.0).round() / 1000.0;
+    // Rust's `Display` for f64 never uses an exponent; avoid "-0".
+    if r == 0.0 {
+        "0".to_string()
+    } else {
+        format!("{r}")
+    }
+}
+
+/// Collects the records of one suite run, printing each as it arrives.
+pub struct Reporter {
+    suite: String,
+    json_only: bool,
+    records: Vec<Record>,
+    notes: Vec<String>,
+}
+
+impl Reporter {
+    pub fn new(suite: &str, json_only: bool) -> Reporter {
+        Reporter {
+            suite: suite.to_string(),
+            json_only,
+            records: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Prints the record's JSON line (flushed at once) and keeps it for the
+    /// table. Errors are also told on stderr, even with `--json-only`.
+    pub fn push(&mut self, case: &str, system: &str, metric: &str, outcome: Outcome) {
+        let r = Record {
+            suite: self.suite.clone(),
+            case: case.to_string(),
+            system: system.to_string(),
+            metric: metric.to_string(),
+            outcome,
+        };
+        // stdout is line-buffered: each line goes out as it is printed.
+        println!("{}", r.json());
+        if let Outcome::Error(e) = &r.outcome {
+            eprintln!("error: {}/{}/{}: {e}", r.suite, r.case, r.system);
+        }
+        self.records.push(r);
+    }
+
+    /// A progress note on stderr, unless `--json-only`.
+    pub fn progress(&self, msg: &str) {
+        if !self.json_only {
+            eprintln!("{}: {msg}", self.suite);
+        }
+    }
+
+    /// A line for the table's footer.
+    pub fn note(&mut self, line: String) {
+        self.notes.push(line);
+    }
+
+    /// Whether any system reported an error.
+    pub fn failed(&self) -> bool {
+        self.records.iter().any(|r| {
+            !matches!(r.outcome, Outcome::Value(v) if v.is_finite())
+                && !matches!(r.outcome, Outcome::Skipped(_))
+        })
+    }
+
+    /// Prints the table on stderr, unless `--json-only`.
+    pub fn print_table(&self, title: &str, systems: &[&str], baseline: &str) {
+        if !self.json_only {
+            eprint!("{}", self.table(title, systems, baseline));
+        }
+    }
+
+    /// Per case (rows, in the order measured) each system's value and its
+    /// ratio to `baseline`; then the reasons of errors and skips.
+    pub fn table(&self, title: &str, systems: &[&str], baseline: &str) -> String {
+        let mut cases: Vec<(&str, &str)> = Vec::new();
+        for r in &self.records {
+            if !cases.iter().any(|c| c.0 == r.case) {
+                cases.push((&r.case, &r.metric));
+            }
+        }
+        let find = |case: &str, system: &str| {
+            self.records
+                .iter()
+                .find(|r| r.case == case && r.system == system)
+        };
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        let mut head = vec!["case".to_string(), "metric".to_string()];
+        head.extend(systems.iter().map(|s| s.to_string()));
+        rows.push(head);
+        for (case, metric) in &cases {
+            let base = match find(case, baseline).map(|r| &r.outcome) {
+                Some(Outcome::Value(v)) if *v > 0.0 => Some(*v),
+                _ => None,
+            };
+            let mut row = vec![case.to_string(), metric.to_string()];
+            for system in systems {
+                row.push(match find(case, system).map(|r| &r.outcome) {
+                    None => "-".to_string(),
+                    Some(Outcome::Value(v)) => match base {
+                        Some(b) if *system != baseline => {
+                            format!("{} ({})", human(*v), ratio(v / b))
+                        }
+                        _ => human(*v),
+                    },
+                    Some(Outcome::Error(_)) => "error".to_string(),
+                    Some(Outcome::Skipped(_)) => "skipped".to_string(),
+                });
+            }
+            rows.push(row);
+        }
+        let ncol = rows[0].len();
+        let widths: Vec<usize> = (0..ncol)
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        let mut out = String::new();
+        let _ = writeln!(out, "\n{title}");
+        for row in &rows {
+            for (c, cell) in row.iter().enumerate() {
+                if c < 2 {
+                    let _ = write!(out, "{cell:<w$}  ", w = widths[c]);
+                } else {
+                    let _ = write!(out, "{cell:>w$}  ", w = widths[c]);
+                }
+            }
+            out.truncate(out.trim_end().len());
+            out.push('\n');
+        }
+        // Reasons, grouped so that one cause (e.g. "needs root") is told once.
+        let mut notes: Vec<(String, String, Vec<String>)> = Vec::new();
+        for r in &self.records {
+            let (kind, why) = match &r.outcome {
+                Outcome::Error(e) => ("error", e),
+                Outcome::Skipped(s) => ("skipped", s),
+                Outcome::Value(_) => continue,
+            };
+            let key = format!("{} {kind}", r.system);
+            match notes.iter_mut().find(|n| n.0 == key && n.1 == *why) {
+                Some(n) => n.2.push(r.case.clone()),
+                None => notes.push((key, why.clone(), vec![r.case.clone()])),
+            }
+        }
+        for (key, why, cases) in notes {
+            let _ = writeln!(out, "  {key} ({}): {why}", cases.join(", "));
+        }
+        for n in &self.notes {
+            let _ = writeln!(out, "  {n}");
+        }
+        out
+    }
+}
+
+/// A ratio for the table: `0.52x`, `7.18x`, `27.8x`, `1229x`.
+pub fn ratio(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{r:.0}x")
+    } else if r >= 10.0 {
+        format!("{r:.1}x")
+    } else {
+        format!("{r:.2}x")
+    }
+}
+
+/// Three significant digits, for the table.
+pub fn human(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(outcome: Outcome) -> Record {
+        Record {
+            suite: "dpf".into(),
+            case: "tcp10".into(),
+            system: "exonet-jit".into(),
+            metric: "ns_per_pkt".into(),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn json_line_is_exactly_the_documented_format() {
+        assert_eq!(
+            rec(Outcome::Value(3.1)).json(),
+            r#"{"suite":"dpf","case":"tcp10","system":"exonet-jit","metric":"ns_per_pkt","value":3.1}"#
+        );
+        assert_eq!(
+            rec(Outcome::Value(2.0 / 3.0)).json(),
+            r#"{"suite":"dpf","case":"tcp10","system":"exonet-jit","metric":"ns_per_pkt","value":0.667}"#
+        );
+        assert_eq!(
+            rec(Outcome::Value(1.5e7)).json(),
+            r#"{"suite":"dpf","case":"tcp10","system":"exonet-jit","metric":"ns_per_pkt","value":15000000}"#
+        );
+        assert_eq!(
+            rec(Outcome::Error("frame 3: \"x\"\n".into())).json(),
+            r#"{"suite":"dpf","case":"tcp10","system":"exonet-jit","metric":"ns_per_pkt","error":"frame 3: \"x\"\n"}"#
+        );
+        assert_eq!(
+            rec(Outcome::Skipped("needs root".into())).json(),
+            r#"{"suite":"dpf","case":"tcp10","system":"exonet-jit","skipped":"needs root"}"#
+        );
+        // Non-finite values are not JSON numbers: they become errors.
+        assert!(rec(Outcome::Value(f64::NAN)).json().contains("\"error\""));
+        assert_eq!(json_string("a\u{1}b"), "\"a\\u0001b\"");
+    }
+
+    #[test]
+    fn table_shows_ratios_to_the_baseline_and_reasons() {
+        let mut r = Reporter::new("dpf", true);
+        r.push("tcp10", "exonet-jit", "ns_per_pkt", Outcome::Value(2.0));
+        r.push("tcp10", "libpcap", "ns_per_pkt", Outcome::Value(50.0));
+        r.push(
+            "tcp10",
+            "linux-ebpf",
+            "ns_per_pkt",
+            Outcome::Skipped("needs root".into()),
+        );
+        r.push("depth-1", "exonet-jit", "ns_per_pkt", Outcome::Value(1.0));
+        r.push(
+            "depth-1",
+            "linux-ebpf",
+            "ns_per_pkt",
+            Outcome::Skipped("needs root".into()),
+        );
+        let t = r.table("t", &["exonet-jit", "libpcap", "linux-ebpf"], "exonet-jit");
+        assert!(t.contains("50.0 (25.0x)"), "{t}");
+        assert!(
+            t.contains("linux-ebpf skipped (tcp10, depth-1): needs root"),
+            "{t}"
+        );
+        assert!(!r.failed());
+        r.push(
+            "depth-1",
+            "libpcap",
+            "ns_per_pkt",
+            Outcome::Error("disagrees".into()),
+        );
+        assert!(r.failed());
+    }
+}
