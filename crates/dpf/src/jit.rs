@@ -22,7 +22,7 @@
 //! filter id or -1; it explores the trie branch and bound like the
 //! interpreter (see [`crate::trie`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -51,6 +51,11 @@ fn leaf_val(a: Accept) -> u64 {
 /// A hashed disjunction's table and what the code assumed about it.
 struct Table {
     hash: PerfectHash,
+    /// The fields whose coalesced value is the key: the disjunction's own,
+    /// then those of the `==` chains below it (a flattened disjunction).
+    fields: Vec<CField>,
+    /// Region offset of the key's load window.
+    start: u32,
     /// The highest priority the code's pruning allows for a new leaf.
     cap: u16,
     /// Whether a leaf key was compiled: only then do the bounds checks
@@ -65,7 +70,6 @@ pub(crate) struct Compiled {
     tables: Vec<Table>,
     descs: Vec<TableDesc>,
     table_of: HashMap<(NodeId, CField), usize>,
-    leaves: HashSet<NodeId>,
     notes: String,
 }
 
@@ -108,44 +112,38 @@ impl Compiled {
         &self.notes
     }
 
-    /// Node `n` was freed: it no longer names a slot.
-    pub(crate) fn forget(&mut self, n: NodeId) {
-        self.leaves.remove(&n);
+    /// The key fields of the table of the disjunction on `field` at `n`.
+    pub(crate) fn table_fields(&self, n: NodeId, field: CField) -> Option<&[CField]> {
+        let &t = self.table_of.get(&(n, field))?;
+        Some(&self.tables[t].fields)
     }
 
-    /// Whether trie node `n` lives only as a slot in a hash table.
-    pub(crate) fn leaf_slot(&self, n: NodeId) -> bool {
-        self.leaves.contains(&n)
-    }
-
-    /// Sets (or with `None` removes) the leaf slot `key` of the hashed
-    /// disjunction on `field` at node `parent`. False if the code must be
-    /// regenerated instead.
+    /// Sets (or with `None` removes) the slot for the `==` atoms `atoms` in
+    /// the table at node `parent`. False if the code must be regenerated.
     pub(crate) fn set_leaf(
         &mut self,
-        leaf: NodeId,
         parent: NodeId,
-        field: CField,
-        key: u32,
+        atoms: &[(CField, u32)],
         best: Option<Accept>,
         prio: u16,
     ) -> bool {
-        let Some(&t) = self.table_of.get(&(parent, field)) else {
+        let Some(&t) = atoms
+            .first()
+            .and_then(|(f, _)| self.table_of.get(&(parent, *f)))
+        else {
             return false;
         };
         let table = &mut self.tables[t];
-        if !table.has_leaf || prio > table.cap {
+        let same_fields = table.fields.len() == atoms.len()
+            && table.fields.iter().zip(atoms).all(|(f, (g, _))| f == g);
+        if !same_fields || !table.has_leaf || prio > table.cap {
             return false;
         }
-        let raw = raw_key(field, key);
+        let key = encode(table.start, atoms).1;
         match best {
-            Some(a) => {
-                table.hash.insert(raw, leaf_val(a));
-                self.leaves.insert(leaf);
-            }
+            Some(a) => table.hash.insert(key, leaf_val(a)),
             None => {
-                table.hash.remove(raw);
-                self.leaves.remove(&leaf);
+                table.hash.remove(key);
             }
         }
         self.descs[t] = table.hash.desc();
@@ -201,7 +199,6 @@ struct Gen<'a, 'b> {
     best_id: Variable,
     tables: Vec<Table>,
     table_of: HashMap<(NodeId, CField), usize>,
-    leaves: HashSet<NodeId>,
     stats: GenStats,
 }
 
@@ -212,6 +209,7 @@ struct GenStats {
     coalesced: usize,
     aligned_windows: usize,
     chains: usize,
+    flattened: usize,
 }
 
 fn flags() -> MemFlagsData {
@@ -239,7 +237,7 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     ctx.func.signature.params = vec![AbiParam::new(ptr); 3];
     ctx.func.signature.returns = vec![AbiParam::new(types::I64)];
     let mut fctx = FunctionBuilderContext::new();
-    let (tables, table_of, leaves, stats) = {
+    let (tables, table_of, stats) = {
         let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
@@ -264,7 +262,6 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
             best_id,
             tables: Vec::new(),
             table_of: HashMap::new(),
-            leaves: HashSet::new(),
             stats: GenStats::default(),
         };
         let root = Region {
@@ -279,15 +276,15 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
         g.b.ins().return_(&[id]);
         g.b.seal_all_blocks();
         g.b.finalize(frontend_config);
-        (g.tables, g.table_of, g.leaves, g.stats)
+        (g.tables, g.table_of, g.stats)
     };
     let (func, code_size) = emit(&mut module, &mut ctx);
     let descs = tables.iter().map(|t| t.hash.desc()).collect();
     let mut notes = String::new();
     let _ = writeln!(
         notes,
-        "  {} loads, {} bounds checks, {} coalesced loads ({} aligned), {} compare chains",
-        stats.loads, stats.bounds_checks, stats.coalesced, stats.aligned_windows, stats.chains
+        "  {} loads, {} bounds checks, {} coalesced loads ({} aligned), {} compare chains, {} flattened disjunctions",
+        stats.loads, stats.bounds_checks, stats.coalesced, stats.aligned_windows, stats.chains, stats.flattened
     );
     for (i, t) in tables.iter().enumerate() {
         let _ = writeln!(
@@ -304,7 +301,6 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
         tables,
         descs,
         table_of,
-        leaves,
         notes,
     }
 }
@@ -595,15 +591,14 @@ impl Gen<'_, '_> {
             let (&k, &c) = disj.keys.iter().next().unwrap();
             return self.eq_chain(disj.field, k, c, r, checked, next, next_pot, maybe_best);
         }
-        let raw = self.load_raw(r, disj.field.off, disj.field.width.bytes());
-        let (mask, _) = encode(disj.field.off, &[(disj.field, 0)]);
-        let full = u64::MAX >> (64 - 8 * disj.field.width.bytes());
-        let key = if mask == full {
-            raw
-        } else {
-            self.b.ins().band_imm_u(raw, mask as i64)
-        };
         if disj.keys.len() <= CHAIN_MAX {
+            let raw = self.load_raw(r, disj.field.off, disj.field.width.bytes());
+            let key = self.masked(
+                raw,
+                &[(disj.field, 0)],
+                disj.field.off,
+                disj.field.width.bytes(),
+            );
             self.stats.chains += 1;
             let mut sw = Switch::new();
             let mut targets = Vec::new();
@@ -619,7 +614,132 @@ impl Gen<'_, '_> {
             }
             return;
         }
-        self.hashed(n, disj.field, r, key, checked, next, next_pot, maybe_best);
+        let (fields, start, bytes) = self.flat_fields(n, d, r, checked).unwrap_or((
+            vec![disj.field],
+            disj.field.off,
+            disj.field.width.bytes(),
+        ));
+        if fields.len() > 1 {
+            self.stats.flattened += 1;
+        }
+        let mut entries = Vec::with_capacity(disj.keys.len());
+        let mut code = Vec::new();
+        let mut cap = 0u16;
+        let mut has_leaf = false;
+        for (&k, &c) in &disj.keys {
+            let (atoms, end) = self.chain_below(disj.field, k, c, fields.len());
+            let child = dpf.node(end);
+            cap = cap.max(child.pot);
+            let key = encode(start, &atoms).1;
+            if child.is_leaf() {
+                has_leaf = true;
+                let a = child.best_accept().expect("a leaf accepts");
+                entries.push((key, leaf_val(a)));
+            } else {
+                entries.push((key, PRESENT | CODE | code.len() as u64));
+                code.push(c);
+            }
+        }
+        let raw = self.load_raw(r, start, bytes);
+        let zero: Vec<(CField, u32)> = fields.iter().map(|&f| (f, 0)).collect();
+        let key = self.masked(raw, &zero, start, bytes);
+        let t = self.tables.len();
+        self.tables.push(Table {
+            hash: PerfectHash::build(entries),
+            fields,
+            start,
+            cap,
+            has_leaf,
+        });
+        self.table_of.insert((n, disj.field), t);
+        self.hashed(t, key, code, r, checked, next, next_pot, maybe_best);
+    }
+
+    /// `raw & mask` for the fields of `atoms` in a window at `start`; no
+    /// instruction when the mask is all ones.
+    fn masked(&mut self, raw: Value, atoms: &[(CField, u32)], start: u32, bytes: u32) -> Value {
+        let (mask, _) = encode(start, atoms);
+        let full = if bytes == 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * bytes)) - 1
+        };
+        if mask == full {
+            raw
+        } else {
+            self.b.ins().band_imm_u(raw, mask as i64)
+        }
+    }
+
+    /// The `==` atoms from key `k` of a disjunction on `field` down `depth`
+    /// levels of single-key chains, and the node where they end.
+    fn chain_below(
+        &self,
+        field: CField,
+        k: u32,
+        child: NodeId,
+        depth: usize,
+    ) -> (Vec<(CField, u32)>, NodeId) {
+        let mut atoms = vec![(field, k)];
+        let mut c = child;
+        while atoms.len() < depth {
+            let d = &self.dpf.node(c).disjs[0];
+            let (&k, &next) = d.keys.iter().next().unwrap();
+            atoms.push((d.field, k));
+            c = next;
+        }
+        (atoms, c)
+    }
+
+    /// Flattened disjunction: if below every key there is the same chain of
+    /// single `==` atoms ending in a leaf (tcp10's source port, then its
+    /// destination port), and all the fields fit one load window, the
+    /// disjunction hashes their coalesced value: one lookup, no branch per
+    /// level. Returns the fields and the window.
+    fn flat_fields(
+        &mut self,
+        n: NodeId,
+        d: usize,
+        r: Region,
+        checked: u32,
+    ) -> Option<(Vec<CField>, u32, u32)> {
+        let dpf = self.dpf;
+        let disj = &dpf.node(n).disjs[d];
+        let chain = |mut c: NodeId| -> Option<Vec<CField>> {
+            let mut fields = Vec::new();
+            loop {
+                let node = dpf.node(c);
+                if node.is_leaf() {
+                    return Some(fields);
+                }
+                let single = node.accepts.is_empty()
+                    && node.tests.is_empty()
+                    && node.shifts.is_empty()
+                    && node.disjs.len() == 1
+                    && node.disjs[0].keys.len() == 1;
+                if !single {
+                    return None;
+                }
+                let d = &node.disjs[0];
+                fields.push(d.field);
+                c = *d.keys.values().next().unwrap();
+            }
+        };
+        let mut children = disj.keys.values();
+        let below = chain(*children.next()?)?;
+        if below.is_empty() || below.len() >= 8 {
+            return None;
+        }
+        for &c in children {
+            if chain(c)? != below {
+                return None;
+            }
+        }
+        let mut fields = vec![disj.field];
+        fields.extend(below);
+        let probe: Vec<(CField, u32)> = fields.iter().map(|&f| (f, 0)).collect();
+        let (start, bytes) = self.window(&probe, r, checked)?;
+        disjoint_masks(start, &probe).then_some((fields, start, bytes))
     }
 
     /// A chain of single `==` atoms with nothing else in between, merged into
@@ -710,46 +830,22 @@ impl Gen<'_, '_> {
         best
     }
 
+    /// Looks `key` up in table `t`: a leaf slot accepts, a code slot jumps
+    /// to the child's code (`code[i]`), a miss goes to `next`.
     #[allow(clippy::too_many_arguments)]
     fn hashed(
         &mut self,
-        n: NodeId,
-        field: CField,
-        r: Region,
+        t: usize,
         key: Value,
+        code: Vec<NodeId>,
+        r: Region,
         checked: u32,
         next: Block,
         next_pot: i32,
         maybe_best: bool,
     ) {
-        let dpf = self.dpf;
-        let disj = dpf.node(n).disjs.iter().find(|d| d.field == field).unwrap();
-        let mut entries = Vec::new();
-        let mut code = Vec::new();
-        let mut cap = 0u16;
-        let mut has_leaf = false;
-        for (&k, &c) in &disj.keys {
-            let child = dpf.node(c);
-            cap = cap.max(child.pot);
-            if child.is_leaf() {
-                has_leaf = true;
-                self.leaves.insert(c);
-                let a = child.best_accept().expect("a leaf accepts");
-                entries.push((raw_key(field, k), leaf_val(a)));
-            } else {
-                entries.push((raw_key(field, k), PRESENT | CODE | code.len() as u64));
-                code.push(c);
-            }
-        }
-        let t = self.tables.len();
-        self.tables.push(Table {
-            hash: PerfectHash::build(entries),
-            cap,
-            has_leaf,
-        });
-        self.table_of.insert((n, field), t);
-
-        // slot = slots[b.base + (key * b.mul) >> b.shift], b = buckets[(key * mul) >> shift]
+        // bucket = buckets[(key * mul) >> shift], packed (mul, shift, base);
+        // slot = base + ((key * mul * bucket.mul) >> bucket.shift)
         let f = flags();
         let desc = self
             .b
@@ -758,21 +854,25 @@ impl Gen<'_, '_> {
         let mul = self.b.ins().load(types::I64, f, desc, phash::DESC_MUL);
         let shift = self.b.ins().load(types::I64, f, desc, phash::DESC_SHIFT);
         let buckets = self.b.ins().load(types::I64, f, desc, phash::DESC_BUCKETS);
-        let slots = self.b.ins().load(types::I64, f, desc, phash::DESC_SLOTS);
+        let keys = self.b.ins().load(types::I64, f, desc, phash::DESC_KEYS);
+        let vals = self.b.ins().load(types::I64, f, desc, phash::DESC_VALS);
         let h = self.b.ins().imul(key, mul);
         let bi = self.b.ins().ushr(h, shift);
-        let boff = self.b.ins().imul_imm_u(bi, phash::BUCKET_SIZE);
-        let bucket = self.b.ins().iadd(buckets, boff);
-        let bmul = self.b.ins().load(types::I64, f, bucket, 0);
-        let bshift = self.b.ins().load(types::I64, f, bucket, 8);
-        let bbase = self.b.ins().load(types::I64, f, bucket, 16);
-        let h2 = self.b.ins().imul(key, bmul);
+        let boff = self.b.ins().ishl_imm_u(bi, 3);
+        let baddr = self.b.ins().iadd(buckets, boff);
+        let bucket = self.b.ins().load(types::I64, f, baddr, 0);
+        let bmul = self.b.ins().band_imm_u(bucket, 0xffff_ffff);
+        let bshift = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_SHIFT_POS);
+        let bshift = self.b.ins().band_imm_u(bshift, 63);
+        let base = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_BASE_POS);
+        let h2 = self.b.ins().imul(h, bmul);
         let si = self.b.ins().ushr(h2, bshift);
-        let si = self.b.ins().iadd(si, bbase);
-        let soff = self.b.ins().imul_imm_u(si, phash::SLOT_SIZE);
-        let slot = self.b.ins().iadd(slots, soff);
-        let skey = self.b.ins().load(types::I64, f, slot, 0);
-        let sval = self.b.ins().load(types::I64, f, slot, 8);
+        let si = self.b.ins().iadd(si, base);
+        let soff = self.b.ins().ishl_imm_u(si, 3);
+        let kaddr = self.b.ins().iadd(keys, soff);
+        let vaddr = self.b.ins().iadd(vals, soff);
+        let skey = self.b.ins().load(types::I64, f, kaddr, 0);
+        let sval = self.b.ins().load(types::I64, f, vaddr, 0);
         let same = self.b.ins().icmp(IntCC::Equal, skey, key);
         let present = self.b.ins().icmp_imm_u(IntCC::NotEqual, sval, 0);
         let hit = self.b.ins().band(same, present);

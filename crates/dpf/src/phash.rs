@@ -4,8 +4,13 @@
 //! Two-level perfect hashing (Fredman, Komlós, Szemerédi): a multiply-shift
 //! hash picks a bucket; each bucket has its own multiplier into a private
 //! sub-table of at least `keys²` slots, chosen so that its keys never
-//! collide. A lookup is two multiplies and three loads, and a key is always
-//! confirmed against the slot, so a miss is exact.
+//! collide. A key is always confirmed against its slot, so a miss is exact.
+//!
+//! Layout for the cache: a bucket is one packed word (about two keys per
+//! bucket, so 10 000 keys need 64 KiB of buckets), and keys and values are
+//! separate arrays indexed by the same slot, so the key compare and the
+//! value load are issued together. A lookup is one dependent load of the
+//! bucket and then one of the slot.
 //!
 //! The tables are data, not code: the JIT reads them through a [`TableDesc`],
 //! so adding a key (the paper's fast case) only rebuilds one bucket and never
@@ -13,53 +18,63 @@
 
 use std::collections::HashMap;
 
-/// What the generated code reads: the level-1 hash and the two arrays.
+/// What the generated code reads: the level-1 hash and the three arrays.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TableDesc {
     pub mul: u64,
     pub shift: u64,
-    pub buckets: *const Bucket,
-    pub slots: *const Slot,
+    pub buckets: *const u64,
+    pub keys: *const u64,
+    pub vals: *const u64,
 }
 
 pub const DESC_MUL: i32 = 0;
 pub const DESC_SHIFT: i32 = 8;
 pub const DESC_BUCKETS: i32 = 16;
-pub const DESC_SLOTS: i32 = 24;
-pub const DESC_SIZE: i64 = 32;
+pub const DESC_KEYS: i32 = 24;
+pub const DESC_VALS: i32 = 32;
+pub const DESC_SIZE: i64 = 40;
 
-/// A bucket's sub-table: slot = `base + ((key * mul) >> shift)`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+/// A bucket's sub-table, packed in a word: slot = `base + ((h * mul) >> shift)`
+/// where `h = key * level-1 multiplier` (a bijection of the key, so keys
+/// stay distinct, and well mixed, so a 32-bit multiplier separates them)
+/// with `mul` in bits 0..32, `shift` in bits 32..38, `base` in bits 38..64.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Bucket {
-    pub mul: u64,
-    pub shift: u64,
+    pub mul: u32,
+    pub shift: u32,
     pub base: u64,
 }
 
-pub const BUCKET_SIZE: i64 = 24;
+pub const BUCKET_SHIFT_POS: i64 = 32;
+pub const BUCKET_BASE_POS: i64 = 38;
 
-/// A slot: `val == 0` marks an empty slot.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Slot {
-    pub key: u64,
-    pub val: u64,
+impl Bucket {
+    fn pack(&self) -> u64 {
+        self.mul as u64 | (self.shift as u64) << BUCKET_SHIFT_POS | self.base << BUCKET_BASE_POS
+    }
+
+    /// The slot of a key whose level-1 product is `h`.
+    fn slot(&self, h: u64) -> usize {
+        (self.base + hash(h, self.mul as u64, self.shift as u64)) as usize
+    }
 }
 
-pub const SLOT_SIZE: i64 = 16;
+/// Most slots a table may have: `base` has 26 bits.
+const MAX_SLOTS: usize = 1 << 26;
 
-/// A multiply-shift hash to `2^bits` values; `bits == 0` maps all to 0.
+/// A multiply-shift hash to `2^(64 - shift)` values (all to 0 with `mul == 0`).
 fn hash(key: u64, mul: u64, shift: u64) -> u64 {
     key.wrapping_mul(mul) >> shift
 }
 
-fn params(bits: u32, rng: &mut u64) -> (u64, u64) {
+/// Sub-table hash: a 32-bit odd multiplier, so it packs into a bucket word.
+fn params32(bits: u32, rng: &mut u64) -> (u32, u32) {
     if bits == 0 {
         (0, 63)
     } else {
-        (next_odd(rng), 64 - bits as u64)
+        (next_odd(rng) as u32 | 1, 64 - bits)
     }
 }
 
@@ -79,11 +94,13 @@ pub struct PerfectHash {
     shift: u64,
     bits: u32,
     buckets: Vec<Bucket>,
+    packed: Vec<u64>,
     /// Keys of each bucket, to rebuild one bucket alone.
     members: Vec<Vec<u64>>,
     /// Sub-table size (log2) of each bucket, `None` when empty.
     sizes: Vec<Option<u32>>,
-    slots: Vec<Slot>,
+    keys: Vec<u64>,
+    vals: Vec<u64>,
     rng: u64,
 }
 
@@ -96,9 +113,11 @@ impl PerfectHash {
             shift: 63,
             bits: 0,
             buckets: Vec::new(),
+            packed: Vec::new(),
             members: Vec::new(),
             sizes: Vec::new(),
-            slots: Vec::new(),
+            keys: Vec::new(),
+            vals: Vec::new(),
             rng: 0x5eed,
         };
         t.rebuild();
@@ -111,22 +130,23 @@ impl PerfectHash {
 
     #[cfg(test)]
     pub fn get(&self, key: u64) -> Option<u64> {
-        let b = &self.buckets[hash(key, self.mul, self.shift) as usize];
-        let s = &self.slots[(b.base + hash(key, b.mul, b.shift)) as usize];
-        (s.key == key && s.val != 0).then_some(s.val)
+        let i =
+            self.buckets[hash(key, self.mul, self.shift) as usize].slot(key.wrapping_mul(self.mul));
+        (self.keys[i] == key && self.vals[i] != 0).then_some(self.vals[i])
     }
 
     pub fn desc(&self) -> TableDesc {
         TableDesc {
             mul: self.mul,
             shift: self.shift,
-            buckets: self.buckets.as_ptr(),
-            slots: self.slots.as_ptr(),
+            buckets: self.packed.as_ptr(),
+            keys: self.keys.as_ptr(),
+            vals: self.vals.as_ptr(),
         }
     }
 
     pub fn slots_len(&self) -> usize {
-        self.slots.len()
+        self.keys.len()
     }
 
     /// Inserts or replaces a key; only the key's bucket is rebuilt.
@@ -134,12 +154,12 @@ impl PerfectHash {
         debug_assert!(val != 0);
         if self.entries.insert(key, val).is_some() {
             let b = hash(key, self.mul, self.shift) as usize;
-            let bk = self.buckets[b];
-            self.slots[(bk.base + hash(key, bk.mul, bk.shift)) as usize].val = val;
+            let i = self.buckets[b].slot(key.wrapping_mul(self.mul));
+            self.vals[i] = val;
             return;
         }
         let n = self.entries.len();
-        if n > 2 * self.buckets.len() || self.slots.len() > 8 * n + 64 {
+        if n > 4 * self.buckets.len() || self.keys.len() > 16 * n + 64 {
             self.rebuild();
             return;
         }
@@ -151,73 +171,88 @@ impl PerfectHash {
     pub fn remove(&mut self, key: u64) -> Option<u64> {
         let v = self.entries.remove(&key)?;
         let b = hash(key, self.mul, self.shift) as usize;
-        let bk = self.buckets[b];
-        self.slots[(bk.base + hash(key, bk.mul, bk.shift)) as usize] = Slot::default();
+        let i = self.buckets[b].slot(key.wrapping_mul(self.mul));
+        self.keys[i] = 0;
+        self.vals[i] = 0;
         self.members[b].retain(|&k| k != key);
         Some(v)
     }
 
-    /// Everything from scratch: the level-1 size follows the key count, and
-    /// a multiplier is drawn until the sub-tables need at most 4n slots.
+    /// Everything from scratch: about two keys per bucket, and a multiplier
+    /// drawn until the sub-tables need at most 6n slots (3n expected).
     fn rebuild(&mut self) {
         let n = self.entries.len().max(1);
-        self.bits = n.next_power_of_two().trailing_zeros();
+        // At least two buckets: the level-1 shift must stay below 64.
+        self.bits = n.div_ceil(2).next_power_of_two().trailing_zeros().max(1);
         let keys: Vec<u64> = self.entries.keys().copied().collect();
         loop {
-            (self.mul, self.shift) = params(self.bits, &mut self.rng);
+            (self.mul, self.shift) = (next_odd(&mut self.rng), 64 - self.bits as u64);
             let nb = 1usize << self.bits;
             self.members = vec![Vec::new(); nb];
             for &k in &keys {
                 self.members[hash(k, self.mul, self.shift) as usize].push(k);
             }
             let squares: usize = self.members.iter().map(|m| m.len() * m.len()).sum();
-            if squares <= 4 * n {
+            if squares <= 6 * n {
                 break;
             }
         }
         self.buckets = vec![Bucket::default(); 1 << self.bits];
+        self.packed = vec![0; 1 << self.bits];
         self.sizes = vec![None; 1 << self.bits];
-        self.slots = vec![Slot::default()];
+        // Slot 0 stays empty: empty buckets point at it.
+        self.keys = vec![0];
+        self.vals = vec![0];
         for b in 0..self.buckets.len() {
             self.place_bucket(b);
         }
     }
 
-    /// Gives bucket `b` a collision-free sub-table at the end of `slots`
-    /// (its old region is abandoned until the next full rebuild), or keeps
-    /// its region if the present multiplier still separates its keys.
+    /// Gives bucket `b` a collision-free sub-table at the end of the slot
+    /// arrays (its old region is abandoned until the next full rebuild), or
+    /// keeps its region if the present multiplier still separates its keys.
     fn place_bucket(&mut self, b: usize) {
-        let keys = &self.members[b];
-        if keys.is_empty() {
-            // An empty bucket points at slot 0, which is kept empty.
-            self.buckets[b] = Bucket {
-                mul: 0,
-                shift: 63,
-                base: 0,
-            };
+        if self.members[b].is_empty() {
+            self.set_bucket(
+                b,
+                Bucket {
+                    mul: 0,
+                    shift: 63,
+                    base: 0,
+                },
+            );
             self.sizes[b] = None;
             return;
         }
-        let need = (keys.len() * keys.len())
-            .next_power_of_two()
-            .trailing_zeros();
+        let c = self.members[b].len();
+        let need = (c * c).next_power_of_two().trailing_zeros();
         if let Some(bits) = self.sizes[b] {
             if bits >= need && self.try_fill(b, self.buckets[b]) {
                 return;
             }
         }
-        let base = self.slots.len() as u64;
-        self.slots
-            .resize(self.slots.len() + (1usize << need), Slot::default());
+        let base = self.keys.len() as u64;
+        let len = self.keys.len() + (1usize << need);
+        assert!(
+            len <= MAX_SLOTS,
+            "perfect hash table over {MAX_SLOTS} slots"
+        );
+        self.keys.resize(len, 0);
+        self.vals.resize(len, 0);
         loop {
-            let (mul, shift) = params(need, &mut self.rng);
+            let (mul, shift) = params32(need, &mut self.rng);
             let bk = Bucket { mul, shift, base };
             if self.try_fill(b, bk) {
-                self.buckets[b] = bk;
+                self.set_bucket(b, bk);
                 self.sizes[b] = Some(need);
                 return;
             }
         }
+    }
+
+    fn set_bucket(&mut self, b: usize, bk: Bucket) {
+        self.buckets[b] = bk;
+        self.packed[b] = bk.pack();
     }
 
     /// Writes bucket `b`'s keys into the sub-table `bk`, if none collide.
@@ -227,22 +262,21 @@ impl PerfectHash {
         } else {
             1usize << (64 - bk.shift)
         };
-        let region = bk.base as usize..bk.base as usize + size;
         let mut used = vec![false; size];
         for &k in &self.members[b] {
-            let i = hash(k, bk.mul, bk.shift) as usize;
+            let i = bk.slot(k.wrapping_mul(self.mul)) - bk.base as usize;
             if used[i] {
                 return false;
             }
             used[i] = true;
         }
-        self.slots[region.clone()].fill(Slot::default());
+        let region = bk.base as usize..bk.base as usize + size;
+        self.keys[region.clone()].fill(0);
+        self.vals[region].fill(0);
         for &k in &self.members[b] {
-            let i = bk.base as usize + hash(k, bk.mul, bk.shift) as usize;
-            self.slots[i] = Slot {
-                key: k,
-                val: self.entries[&k],
-            };
+            let i = bk.slot(k.wrapping_mul(self.mul));
+            self.keys[i] = k;
+            self.vals[i] = self.entries[&k];
         }
         true
     }
@@ -265,7 +299,7 @@ mod tests {
         for k in 1000..20000u64 {
             assert_eq!(t.get(k << 16), Some(k));
         }
-        assert!(t.slots_len() <= 8 * t.len() + 64 + 4 * t.len());
+        assert!(t.slots_len() <= 16 * t.len() + 64 + 6 * t.len());
         for k in 1000..20000u64 {
             assert_eq!(t.remove(k << 16), Some(k));
             assert_eq!(t.get(k << 16), None);

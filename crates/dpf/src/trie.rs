@@ -60,6 +60,13 @@ pub struct Node {
 }
 
 impl Node {
+    fn new() -> Node {
+        Node {
+            need: u32::MAX,
+            ..Node::default()
+        }
+    }
+
     pub fn is_leaf(&self) -> bool {
         self.disjs.is_empty() && self.tests.is_empty() && self.shifts.is_empty()
     }
@@ -116,7 +123,7 @@ impl Dpf {
     pub fn with_engine(engine: Engine) -> Dpf {
         let mut d = Dpf {
             engine,
-            nodes: vec![Node::default()],
+            nodes: vec![Node::new()],
             free: Vec::new(),
             filters: HashMap::new(),
             rules: 0,
@@ -347,19 +354,20 @@ impl Dpf {
     fn alloc(&mut self) -> NodeId {
         match self.free.pop() {
             Some(n) => {
-                self.nodes[n] = Node::default();
+                self.nodes[n] = Node::new();
                 n
             }
             None => {
-                self.nodes.push(Node::default());
+                self.nodes.push(Node::new());
                 self.nodes.len() - 1
             }
         }
     }
 
     /// Merges a rule into the trie. Returns true if the compiled code is
-    /// still right: the rule only added a leaf key to a hashed disjunction
-    /// (the paper's fast case), or another accept to such a leaf.
+    /// still right: the rule only added a key to a hashed disjunction whose
+    /// children are leaves or chains of `==` atoms ending in leaves (the
+    /// paper's fast case), or another accept to such a leaf.
     fn add_rule(&mut self, r: &Rule, id: FilterId) -> bool {
         let mut n = ROOT;
         let mut created_at = None;
@@ -373,32 +381,53 @@ impl Dpf {
         let accept = Accept { prio: r.prio, id };
         self.nodes[n].accepts.push(accept);
         let path = self.path(&r.canon);
-        self.refresh(&path);
-        let last = r.canon.steps.len() - 1;
-        let fast = match created_at {
-            None => self.compiled.as_ref().is_some_and(|c| c.leaf_slot(n)),
-            Some(i) => i == last && matches!(r.canon.steps[i], Step::Test(a) if a.op == Op::Eq),
-        };
-        fast && self.sync_leaf(n, &path, accept.prio)
+        self.refresh_added(&path, &r.canon.steps);
+        match self.slot_table(&path, &r.canon.steps) {
+            Some(j) if created_at.is_none_or(|i| i >= j) => {
+                self.sync_leaf(&path, &r.canon.steps, j, accept.prio)
+            }
+            _ => false,
+        }
     }
 
-    /// Updates the hash slot of leaf `n` (the last node of `path`) in the
-    /// compiled tables. False if the code must be regenerated instead.
-    fn sync_leaf(&mut self, n: NodeId, path: &[NodeId], prio: u16) -> bool {
-        let parent = path[path.len() - 2];
-        let Some((field, key)) = self.nodes[parent].disjs.iter().find_map(|d| {
-            d.keys
-                .iter()
-                .find(|(_, &c)| c == n)
-                .map(|(&k, _)| (d.field, k))
-        }) else {
-            return false;
-        };
-        let best = self.nodes[n].best_accept();
-        let Some(c) = self.compiled.as_mut() else {
-            return false;
-        };
-        c.set_leaf(n, parent, field, key, best, prio)
+    /// Where the compiled code keeps the rule's leaf as a hash slot: the
+    /// index `j` in `path` of the node whose hashed disjunction covers
+    /// `steps[j..]`, all `==` atoms ending in a leaf.
+    fn slot_table(&self, path: &[NodeId], steps: &[Step]) -> Option<usize> {
+        let c = self.compiled.as_ref()?;
+        if !self.nodes[*path.last()?].is_leaf() {
+            return None;
+        }
+        let mut fields = Vec::new();
+        for j in (0..steps.len()).rev() {
+            let Step::Test(a) = steps[j] else { return None };
+            if a.op != Op::Eq {
+                return None;
+            }
+            fields.insert(0, a.field);
+            if c.table_fields(path[j], a.field) == Some(&fields[..]) {
+                return Some(j);
+            }
+        }
+        None
+    }
+
+    /// Updates the hash slot of the rule's leaf in the table at `path[j]`.
+    /// False if the code must be regenerated instead.
+    fn sync_leaf(&mut self, path: &[NodeId], steps: &[Step], j: usize, prio: u16) -> bool {
+        let leaf = *path.last().unwrap();
+        let atoms: Vec<(CField, u32)> = steps[j..]
+            .iter()
+            .map(|s| match s {
+                Step::Test(a) => (a.field, a.value),
+                Step::Shift(_) => unreachable!("slot tables cover == atoms only"),
+            })
+            .collect();
+        let best = self.nodes[leaf].best_accept();
+        match self.compiled.as_mut() {
+            Some(c) => c.set_leaf(path[j], &atoms, best, prio),
+            None => false,
+        }
     }
 
     /// The child of `n` along `step`, created if missing.
@@ -464,9 +493,41 @@ impl Dpf {
         path
     }
 
-    /// Recomputes `pot` and `need` bottom-up along a path.
-    fn refresh(&mut self, path: &[NodeId]) {
+    /// Updates `pot` and `need` bottom-up along the path of a rule just
+    /// added. Both only move one way on insert (`pot` up, `need` down), so
+    /// each node looks at the one child on the path, not at all its children.
+    fn refresh_added(&mut self, path: &[NodeId], steps: &[Step]) {
+        let leaf = *path.last().unwrap();
+        let (pot, need) = self.summarize(leaf);
+        self.nodes[leaf].pot = pot;
+        self.nodes[leaf].need = need;
+        for w in (0..path.len() - 1).rev() {
+            let (n, c) = (path[w], path[w + 1]);
+            let (cpot, cneed) = (self.nodes[c].pot, self.nodes[c].need);
+            let ext = match steps[w] {
+                Step::Test(a) => a.field.end().max(cneed),
+                Step::Shift(s) => s.field.end(),
+            };
+            let node = &mut self.nodes[n];
+            node.pot = node.pot.max(cpot);
+            node.need = node.need.min(ext);
+        }
+    }
+
+    /// Recomputes `pot` and `need` bottom-up along a path after a delete.
+    /// A node with many children keeps its old values: a `pot` too high
+    /// only prunes less and a `need` too low only checks bounds later, so
+    /// stale values are safe, and a delete stays O(path) instead of
+    /// O(children).
+    fn refresh_removed(&mut self, path: &[NodeId]) {
         for &n in path.iter().rev() {
+            let node = &self.nodes[n];
+            let children: usize = node.disjs.iter().map(|d| d.keys.len()).sum::<usize>()
+                + node.tests.len()
+                + node.shifts.len();
+            if children > 64 {
+                continue;
+            }
             let (pot, need) = self.summarize(n);
             let node = &mut self.nodes[n];
             node.pot = pot;
@@ -497,10 +558,12 @@ impl Dpf {
     }
 
     /// Removes a rule's accept and prunes the nodes left empty. Returns true
-    /// if the compiled code is still right.
+    /// if the compiled code is still right: the leaf was a hash slot and
+    /// nothing at or above its table went away.
     fn remove_rule(&mut self, r: &Rule, id: FilterId) -> bool {
         let path = self.path(&r.canon);
         let leaf = *path.last().unwrap();
+        let table = self.slot_table(&path, &r.canon.steps);
         let node = &mut self.nodes[leaf];
         let i = node
             .accepts
@@ -508,12 +571,10 @@ impl Dpf {
             .position(|a| a.id == id && a.prio == r.prio)
             .expect("rule accept is in the trie");
         node.accepts.swap_remove(i);
-        let mut fast = self.nodes[leaf].is_leaf()
-            && path.len() >= 2
-            && self.compiled.as_ref().is_some_and(|c| c.leaf_slot(leaf));
-        if fast {
-            fast = self.sync_leaf(leaf, &path, 0);
-        }
+        let mut fast = match table {
+            Some(j) => self.sync_leaf(&path, &r.canon.steps, j, 0),
+            None => false,
+        };
         // Prune bottom-up every node with nothing left below it.
         for w in (1..path.len()).rev() {
             let (n, parent) = (path[w], path[w - 1]);
@@ -529,15 +590,13 @@ impl Dpf {
             p.tests.retain(|(_, c)| *c != n);
             p.shifts.retain(|(_, c)| *c != n);
             self.free.push(n);
-            if let Some(c) = self.compiled.as_mut() {
-                c.forget(n);
-            }
-            if w < path.len() - 1 {
-                // An inner node went away: the code has a block for it.
+            // Nodes below the table live only in its slots; the table's
+            // own node and those above it have code.
+            if table.is_none_or(|j| w <= j) {
                 fast = false;
             }
         }
-        self.refresh(&path[..path.len() - 1]);
+        self.refresh_removed(&path[..path.len() - 1]);
         fast
     }
 

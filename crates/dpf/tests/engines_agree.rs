@@ -242,3 +242,80 @@ fn no_frame_reads_past_its_end() {
     }
     assert!(d.demux(&frame).is_some());
 }
+
+fn tuple_filter(src: u32, sport: u32, dport: u32) -> Filter {
+    Filter::new()
+        .eq(12, Width::U16, 0x0800)
+        .eq(23, Width::U8, 6)
+        .eq(26, Width::U32, src)
+        .shift(14)
+        .shift_by(0, Width::U8, 0x0f, 2)
+        .eq(0, Width::U16, sport)
+        .eq(2, Width::U16, dport)
+}
+
+fn tuple_frame(src: u32, sport: u16, dport: u16, ihl: u8) -> Vec<u8> {
+    let mut f = tcp_frame(dport, ihl);
+    f[26..30].copy_from_slice(&src.to_be_bytes());
+    let t = 14 + 4 * ihl as usize;
+    f[t..t + 2].copy_from_slice(&sport.to_be_bytes());
+    f
+}
+
+/// Disjunctions whose keys each lead down the same chain of `==` atoms
+/// (source port, then destination port) hash the coalesced value; inserts
+/// and deletes of such filters change only the table, and every engine
+/// still agrees, also when the chains stop being alike.
+#[test]
+fn flattened_disjunctions_agree_and_update_in_place() {
+    let mut jit = Dpf::new();
+    let mut interp = Dpf::with_engine(Engine::Interp);
+    let mut ids = Vec::new();
+    let src = 0x0a4d_0105;
+    for i in 0..300u32 {
+        let f = tuple_filter(src, 1000 + i, 80 + i % 7);
+        ids.push(jit.insert(&f).unwrap());
+        interp.insert(&f).unwrap();
+    }
+    assert!(jit.explain().contains("1 flattened"), "{}", jit.explain());
+    let compiles = jit.stats().compiles;
+    assert!(compiles < 10, "{compiles} compiles");
+    let frames: Vec<Vec<u8>> = (0..320u32)
+        .flat_map(|i| {
+            [
+                tuple_frame(
+                    src,
+                    (1000 + i) as u16,
+                    (80 + i % 7) as u16,
+                    5 + (i % 3) as u8,
+                ),
+                tuple_frame(src, (1000 + i) as u16, 81, 5),
+                tuple_frame(src + 1, (1000 + i) as u16, (80 + i % 7) as u16, 5),
+            ]
+        })
+        .collect();
+    let check = |jit: &Dpf, interp: &Dpf| {
+        for f in &frames {
+            assert_eq!(jit.demux(f), interp.demux(f), "frame {f:02x?}");
+            assert_eq!(interp.demux(f), interp.brute_force(f));
+        }
+    };
+    check(&jit, &interp);
+    for id in ids.drain(..100) {
+        jit.delete(id).unwrap();
+        interp.delete(id).unwrap();
+    }
+    assert_eq!(jit.stats().compiles, compiles);
+    check(&jit, &interp);
+    // A listener on a destination port alone: the chains differ now.
+    let listen = Filter::new()
+        .eq(12, Width::U16, 0x0800)
+        .eq(23, Width::U8, 6)
+        .eq(26, Width::U32, src)
+        .shift(14)
+        .shift_by(0, Width::U8, 0x0f, 2)
+        .eq(0, Width::U16, 1150);
+    jit.insert(&listen).unwrap();
+    interp.insert(&listen).unwrap();
+    check(&jit, &interp);
+}
