@@ -18,9 +18,10 @@
 //!   [`CHAIN_MAX`] keys; above that a collision-free hash table in data,
 //!   so adding a leaf key never regenerates code.
 //!
-//! The function is `fn(tables, frame, len) -> i64` and returns the winning
-//! filter id or -1; it explores the trie branch and bound like the
-//! interpreter (see [`crate::trie`]).
+//! The function is a loop over a batch of frames,
+//! `fn(tables, frames, n, out)`, storing for each the winning filter id or
+//! -1; it explores the trie branch and bound like the interpreter (see
+//! [`crate::trie`]).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -39,7 +40,19 @@ use crate::phash::{self, PerfectHash, TableDesc};
 use crate::trie::{Accept, Dpf, NodeId, CHAIN_MAX};
 use crate::FilterId;
 
-type DemuxFn = unsafe extern "C" fn(*const TableDesc, *const u8, usize) -> i64;
+/// `fn(tables, frames, n, out)`: classifies `frames[..n]` into `out[..n]`.
+type DemuxFn = unsafe extern "C" fn(*const TableDesc, *const FrameRef, usize, *mut i64);
+
+/// A frame as the generated code reads it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct FrameRef {
+    ptr: *const u8,
+    len: usize,
+}
+
+/// Frames per call of the generated loop in [`Compiled::run_batch`].
+const BATCH: usize = 32;
 
 const PRESENT: u64 = 1 << 63;
 const CODE: u64 = 1 << 62;
@@ -92,12 +105,43 @@ impl Drop for Compiled {
 }
 
 impl Compiled {
+    #[inline]
     pub(crate) fn run(&self, frame: &[u8]) -> Option<FilterId> {
+        let f = FrameRef {
+            ptr: frame.as_ptr(),
+            len: frame.len(),
+        };
+        let mut r = -1i64;
         // SAFETY: the generated code reads `frame[..len]` only after a bounds
-        // check, and the tables through `descs`, which stay valid while
-        // `self` is borrowed.
-        let r = unsafe { (self.func)(self.descs.as_ptr(), frame.as_ptr(), frame.len()) };
+        // check, the tables through `descs`, which stay valid while `self`
+        // is borrowed, and writes exactly one result.
+        unsafe { (self.func)(self.descs.as_ptr(), &f, 1, &mut r) };
         (r >= 0).then_some(FilterId(r as u32))
+    }
+
+    /// Classifies a batch in one call of the generated loop: no call per
+    /// frame, and the CPU overlaps the lookups of consecutive frames.
+    pub(crate) fn run_batch(&self, frames: &[&[u8]], out: &mut [Option<FilterId>]) {
+        let mut refs = [FrameRef {
+            ptr: std::ptr::null(),
+            len: 0,
+        }; BATCH];
+        let mut res = [-1i64; BATCH];
+        for (fs, os) in frames.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            for (r, f) in refs.iter_mut().zip(fs) {
+                *r = FrameRef {
+                    ptr: f.as_ptr(),
+                    len: f.len(),
+                };
+            }
+            let n = fs.len().min(os.len());
+            // SAFETY: as in `run`, for the `n` frames of `refs` and results
+            // of `res`, both at least `n` long.
+            unsafe { (self.func)(self.descs.as_ptr(), refs.as_ptr(), n, res.as_mut_ptr()) };
+            for (o, &r) in os.iter_mut().zip(&res[..n]) {
+                *o = (r >= 0).then_some(FilterId(r as u32));
+            }
+        }
     }
 
     pub(crate) fn code_size(&self) -> usize {
@@ -141,7 +185,11 @@ impl Compiled {
         }
         let key = encode(table.start, atoms).1;
         match best {
-            Some(a) => table.hash.insert(key, leaf_val(a)),
+            Some(a) => {
+                if !table.hash.insert(key, leaf_val(a)) {
+                    return false;
+                }
+            }
             None => {
                 table.hash.remove(key);
             }
@@ -197,6 +245,8 @@ struct Gen<'a, 'b> {
     descs: Value,
     best_p: Variable,
     best_id: Variable,
+    /// Where a classified frame's result is stored.
+    finish: Block,
     tables: Vec<Table>,
     table_of: HashMap<(NodeId, CField), usize>,
     stats: GenStats,
@@ -210,6 +260,7 @@ struct GenStats {
     aligned_windows: usize,
     chains: usize,
     flattened: usize,
+    one_level: usize,
 }
 
 fn flags() -> MemFlagsData {
@@ -234,8 +285,7 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     let ptr = module.target_config().pointer_type();
     let frontend_config = module.isa().frontend_config();
     let mut ctx = module.make_context();
-    ctx.func.signature.params = vec![AbiParam::new(ptr); 3];
-    ctx.func.signature.returns = vec![AbiParam::new(types::I64)];
+    ctx.func.signature.params = vec![AbiParam::new(ptr); 4];
     let mut fctx = FunctionBuilderContext::new();
     let (tables, table_of, stats) = {
         let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -243,15 +293,34 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
         let descs = b.block_params(entry)[0];
-        let frame = b.block_params(entry)[1];
-        let len = b.block_params(entry)[2];
+        let frames = b.block_params(entry)[1];
+        let n = b.block_params(entry)[2];
+        let out = b.block_params(entry)[3];
+        let i = b.declare_var(types::I64);
         let best_p = b.declare_var(types::I64);
         let best_id = b.declare_var(types::I64);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.def_var(i, zero);
+        // for i in 0..n { out[i] = classify(frames[i]) }
+        let header = b.create_block();
+        let body = b.create_block();
+        let exit = b.create_block();
+        let finish = b.create_block();
+        b.ins().jump(header, &[]);
+        b.switch_to_block(header);
+        let iv = b.use_var(i);
+        let more = b.ins().icmp(IntCC::UnsignedLessThan, iv, n);
+        b.ins().brif(more, body, &[], exit, &[]);
+        b.switch_to_block(exit);
+        b.ins().return_(&[]);
+        b.switch_to_block(body);
+        let fr = b.ins().ishl_imm_u(iv, 4);
+        let fr = b.ins().iadd(frames, fr);
+        let frame = b.ins().load(types::I64, flags(), fr, 0);
+        let len = b.ins().load(types::I64, flags(), fr, 8);
         let minus1 = b.ins().iconst(types::I64, -1);
         b.def_var(best_p, minus1);
         b.def_var(best_id, minus1);
-        let done = b.create_block();
-        let zero = b.ins().iconst(types::I64, 0);
         let mut g = Gen {
             dpf,
             b,
@@ -260,6 +329,7 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
             descs,
             best_p,
             best_id,
+            finish,
             tables: Vec::new(),
             table_of: HashMap::new(),
             stats: GenStats::default(),
@@ -270,10 +340,17 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
             avail: len,
             align: 8,
         };
-        g.node(dpf.root(), root, 0, done, -1, false);
-        g.b.switch_to_block(done);
+        g.node(dpf.root(), root, 0, finish, -1, false);
+        g.b.switch_to_block(finish);
         let id = g.b.use_var(best_id);
-        g.b.ins().return_(&[id]);
+        let iv = g.b.use_var(i);
+        let slot = g.b.ins().ishl_imm_u(iv, 3);
+        let slot = g.b.ins().iadd(out, slot);
+        g.b.ins()
+            .store(MemFlagsData::new().with_notrap(), id, slot, 0);
+        let next = g.b.ins().iadd_imm_u(iv, 1);
+        g.b.def_var(i, next);
+        g.b.ins().jump(header, &[]);
         g.b.seal_all_blocks();
         g.b.finalize(frontend_config);
         (g.tables, g.table_of, g.stats)
@@ -283,8 +360,8 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     let mut notes = String::new();
     let _ = writeln!(
         notes,
-        "  {} loads, {} bounds checks, {} coalesced loads ({} aligned), {} compare chains, {} flattened disjunctions",
-        stats.loads, stats.bounds_checks, stats.coalesced, stats.aligned_windows, stats.chains, stats.flattened
+        "  {} loads, {} bounds checks, {} coalesced loads ({} aligned), {} compare chains, {} flattened disjunctions, {} one-level hashes",
+        stats.loads, stats.bounds_checks, stats.coalesced, stats.aligned_windows, stats.chains, stats.flattened, stats.one_level
     );
     for (i, t) in tables.iter().enumerate() {
         let _ = writeln!(
@@ -319,8 +396,8 @@ fn emit(module: &mut JITModule, ctx: &mut Context) -> (DemuxFn, usize) {
     module.finalize_definitions().expect("finalize demux code");
     let code = module.get_finalized_function(id);
     // SAFETY: the function was declared with exactly this signature
-    // (three pointer-sized arguments, an i64 result, the host's default
-    // calling convention, which is `extern "C"`).
+    // (four pointer-sized arguments, no result, the host's default calling
+    // convention, which is `extern "C"`).
     let func = unsafe { std::mem::transmute::<*const u8, DemuxFn>(code) };
     (func, size)
 }
@@ -471,9 +548,9 @@ impl Gen<'_, '_> {
         self.b.def_var(self.best_id, nid);
     }
 
+    /// This frame is classified: store the best and go on with the next.
     fn ret_best(&mut self) {
-        let id = self.b.use_var(self.best_id);
-        self.b.ins().return_(&[id]);
+        self.b.ins().jump(self.finish, &[]);
     }
 
     /// Emits the search of the subtree at `n` into the current block; when
@@ -844,8 +921,9 @@ impl Gen<'_, '_> {
         next_pot: i32,
         maybe_best: bool,
     ) {
-        // bucket = buckets[(key * mul) >> shift], packed (mul, shift, base);
-        // slot = base + ((key * mul * bucket.mul) >> bucket.shift)
+        // One level: slot = (key * mul) >> shift. Two levels:
+        // bucket = buckets[(key * mul) >> shift], packed (bmul, bshift, base);
+        // slot = base + ((key * mul * bmul) >> bshift).
         let f = flags();
         let desc = self
             .b
@@ -853,21 +931,26 @@ impl Gen<'_, '_> {
             .iadd_imm_u(self.descs, t as i64 * phash::DESC_SIZE);
         let mul = self.b.ins().load(types::I64, f, desc, phash::DESC_MUL);
         let shift = self.b.ins().load(types::I64, f, desc, phash::DESC_SHIFT);
-        let buckets = self.b.ins().load(types::I64, f, desc, phash::DESC_BUCKETS);
         let keys = self.b.ins().load(types::I64, f, desc, phash::DESC_KEYS);
         let vals = self.b.ins().load(types::I64, f, desc, phash::DESC_VALS);
         let h = self.b.ins().imul(key, mul);
-        let bi = self.b.ins().ushr(h, shift);
-        let boff = self.b.ins().ishl_imm_u(bi, 3);
-        let baddr = self.b.ins().iadd(buckets, boff);
-        let bucket = self.b.ins().load(types::I64, f, baddr, 0);
-        let bmul = self.b.ins().band_imm_u(bucket, 0xffff_ffff);
-        let bshift = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_SHIFT_POS);
-        let bshift = self.b.ins().band_imm_u(bshift, 63);
-        let base = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_BASE_POS);
-        let h2 = self.b.ins().imul(h, bmul);
-        let si = self.b.ins().ushr(h2, bshift);
-        let si = self.b.ins().iadd(si, base);
+        let si = if self.tables[t].hash.is_single() {
+            self.stats.one_level += 1;
+            self.b.ins().ushr(h, shift)
+        } else {
+            let buckets = self.b.ins().load(types::I64, f, desc, phash::DESC_BUCKETS);
+            let bi = self.b.ins().ushr(h, shift);
+            let boff = self.b.ins().ishl_imm_u(bi, 3);
+            let baddr = self.b.ins().iadd(buckets, boff);
+            let bucket = self.b.ins().load(types::I64, f, baddr, 0);
+            let bmul = self.b.ins().band_imm_u(bucket, 0xffff_ffff);
+            let bshift = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_SHIFT_POS);
+            let bshift = self.b.ins().band_imm_u(bshift, 63);
+            let base = self.b.ins().ushr_imm_u(bucket, phash::BUCKET_BASE_POS);
+            let h2 = self.b.ins().imul(h, bmul);
+            let si = self.b.ins().ushr(h2, bshift);
+            self.b.ins().iadd(si, base)
+        };
         let soff = self.b.ins().ishl_imm_u(si, 3);
         let kaddr = self.b.ins().iadd(keys, soff);
         let vaddr = self.b.ins().iadd(vals, soff);

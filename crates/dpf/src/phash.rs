@@ -6,6 +6,10 @@
 //! sub-table of at least `keys²` slots, chosen so that its keys never
 //! collide. A key is always confirmed against its slot, so a miss is exact.
 //!
+//! Up to [`SINGLE_MAX`] keys, one level is enough: a table of at least
+//! `keys²` slots where one multiplier separates all keys, so a lookup is one
+//! multiply and one load (DPF's "hash function chosen for the keys").
+//!
 //! Layout for the cache: a bucket is one packed word (about two keys per
 //! bucket, so 10 000 keys need 64 KiB of buckets), and keys and values are
 //! separate arrays indexed by the same slot, so the key compare and the
@@ -61,6 +65,9 @@ impl Bucket {
     }
 }
 
+/// Most keys of a one-level table (it needs `keys²` slots).
+pub const SINGLE_MAX: usize = 32;
+
 /// Most slots a table may have: `base` has 26 bits.
 const MAX_SLOTS: usize = 1 << 26;
 
@@ -93,6 +100,8 @@ pub struct PerfectHash {
     mul: u64,
     shift: u64,
     bits: u32,
+    /// One level: slot = `(key * mul) >> shift`; no buckets.
+    single: bool,
     buckets: Vec<Bucket>,
     packed: Vec<u64>,
     /// Keys of each bucket, to rebuild one bucket alone.
@@ -105,10 +114,13 @@ pub struct PerfectHash {
 }
 
 impl PerfectHash {
-    /// Builds a table of `(key, value)`; values must be non-zero.
+    /// Builds a table of `(key, value)`; values must be non-zero. One level
+    /// if there are at most [`SINGLE_MAX`] keys, else two.
     pub fn build(entries: impl IntoIterator<Item = (u64, u64)>) -> PerfectHash {
+        let entries: HashMap<u64, u64> = entries.into_iter().collect();
         let mut t = PerfectHash {
-            entries: entries.into_iter().collect(),
+            single: entries.len() <= SINGLE_MAX,
+            entries,
             mul: 0,
             shift: 63,
             bits: 0,
@@ -128,10 +140,21 @@ impl PerfectHash {
         self.entries.len()
     }
 
+    pub fn is_single(&self) -> bool {
+        self.single
+    }
+
+    fn slot(&self, key: u64) -> usize {
+        if self.single {
+            hash(key, self.mul, self.shift) as usize
+        } else {
+            self.buckets[hash(key, self.mul, self.shift) as usize].slot(key.wrapping_mul(self.mul))
+        }
+    }
+
     #[cfg(test)]
     pub fn get(&self, key: u64) -> Option<u64> {
-        let i =
-            self.buckets[hash(key, self.mul, self.shift) as usize].slot(key.wrapping_mul(self.mul));
+        let i = self.slot(key);
         (self.keys[i] == key && self.vals[i] != 0).then_some(self.vals[i])
     }
 
@@ -149,38 +172,93 @@ impl PerfectHash {
         self.keys.len()
     }
 
-    /// Inserts or replaces a key; only the key's bucket is rebuilt.
-    pub fn insert(&mut self, key: u64, val: u64) {
+    /// Inserts or replaces a key; only the key's bucket is rebuilt. False
+    /// (and nothing changed) if a one-level table would outgrow
+    /// [`SINGLE_MAX`]: the code that reads it must change.
+    pub fn insert(&mut self, key: u64, val: u64) -> bool {
         debug_assert!(val != 0);
-        if self.entries.insert(key, val).is_some() {
-            let b = hash(key, self.mul, self.shift) as usize;
-            let i = self.buckets[b].slot(key.wrapping_mul(self.mul));
+        if self.entries.contains_key(&key) {
+            self.entries.insert(key, val);
+            let i = self.slot(key);
             self.vals[i] = val;
-            return;
+            return true;
         }
+        if self.single {
+            if self.entries.len() >= SINGLE_MAX {
+                return false;
+            }
+            self.entries.insert(key, val);
+            let i = self.slot(key);
+            if self.vals[i] == 0 {
+                self.keys[i] = key;
+                self.vals[i] = val;
+            } else {
+                self.rebuild_single();
+            }
+            return true;
+        }
+        self.entries.insert(key, val);
         let n = self.entries.len();
         if n > 4 * self.buckets.len() || self.keys.len() > 16 * n + 64 {
             self.rebuild();
-            return;
+            return true;
         }
         let b = hash(key, self.mul, self.shift) as usize;
         self.members[b].push(key);
         self.place_bucket(b);
+        true
     }
 
     pub fn remove(&mut self, key: u64) -> Option<u64> {
         let v = self.entries.remove(&key)?;
-        let b = hash(key, self.mul, self.shift) as usize;
-        let i = self.buckets[b].slot(key.wrapping_mul(self.mul));
+        let i = self.slot(key);
         self.keys[i] = 0;
         self.vals[i] = 0;
-        self.members[b].retain(|&k| k != key);
+        if !self.single {
+            let b = hash(key, self.mul, self.shift) as usize;
+            self.members[b].retain(|&k| k != key);
+        }
         Some(v)
+    }
+
+    /// One level: `keys²` slots (at least 4), growing when no multiplier
+    /// drawn separates the keys.
+    fn rebuild_single(&mut self) {
+        let n = self.entries.len();
+        let mut bits = (n * n).max(4).next_power_of_two().trailing_zeros();
+        let mut tries = 0;
+        loop {
+            let mul = next_odd(&mut self.rng);
+            let shift = 64 - bits as u64;
+            let mut used = vec![false; 1 << bits];
+            let separates = self.entries.keys().all(|&k| {
+                let i = hash(k, mul, shift) as usize;
+                !std::mem::replace(&mut used[i], true)
+            });
+            if separates {
+                (self.mul, self.shift, self.bits) = (mul, shift, bits);
+                break;
+            }
+            tries += 1;
+            if tries % 16 == 0 {
+                bits += 1;
+            }
+        }
+        self.keys = vec![0; 1 << self.bits];
+        self.vals = vec![0; 1 << self.bits];
+        for (&k, &v) in &self.entries {
+            let i = hash(k, self.mul, self.shift) as usize;
+            self.keys[i] = k;
+            self.vals[i] = v;
+        }
     }
 
     /// Everything from scratch: about two keys per bucket, and a multiplier
     /// drawn until the sub-tables need at most 6n slots (3n expected).
     fn rebuild(&mut self) {
+        if self.single {
+            return self.rebuild_single();
+        }
         let n = self.entries.len().max(1);
         // At least two buckets: the level-1 shift must stay below 64.
         self.bits = n.div_ceil(2).next_power_of_two().trailing_zeros().max(1);
@@ -306,6 +384,22 @@ mod tests {
         }
         assert_eq!(t.get(7919), Some(2));
         assert_eq!(t.get(0), Some(1));
+    }
+
+    #[test]
+    fn one_level_tables_hold_up_to_single_max() {
+        let mut t = PerfectHash::build((0..10u64).map(|k| (1234 + k, k + 1)));
+        assert!(t.is_single());
+        for k in 10..SINGLE_MAX as u64 {
+            assert!(t.insert(1234 + k, k + 1));
+        }
+        assert!(!t.insert(99, 1));
+        assert_eq!(t.get(99), None);
+        for k in 0..SINGLE_MAX as u64 {
+            assert_eq!(t.get(1234 + k), Some(k + 1));
+        }
+        assert_eq!(t.remove(1234), Some(1));
+        assert_eq!(t.get(1234), None);
     }
 
     #[test]

@@ -210,10 +210,24 @@ impl Dpf {
     }
 
     /// Classifies a frame: the winning filter, if any accepts it.
+    #[inline]
     pub fn demux(&self, frame: &[u8]) -> Option<FilterId> {
         match (&self.engine, &self.compiled) {
             (Engine::Jit, Some(c)) => c.run(frame),
             _ => self.interpret(frame),
+        }
+    }
+
+    /// Classifies a batch of frames into `out` (as many as both hold). The
+    /// JIT runs the whole batch in one call of its generated loop.
+    pub fn demux_batch(&self, frames: &[&[u8]], out: &mut [Option<FilterId>]) {
+        match (&self.engine, &self.compiled) {
+            (Engine::Jit, Some(c)) => c.run_batch(frames, out),
+            _ => {
+                for (o, f) in out.iter_mut().zip(frames) {
+                    *o = self.interpret(f);
+                }
+            }
         }
     }
 

@@ -107,6 +107,12 @@ fn check(seed: u64, nfilters: usize) {
     let mut ids: Vec<FilterId> = Vec::new();
     let mut log = String::new();
     let agree = |jit: &Dpf, interp: &Dpf, what: &str, log: &str| {
+        let refs: Vec<&[u8]> = fr.iter().map(|f| &f[..]).collect();
+        let mut batch = vec![None; refs.len()];
+        jit.demux_batch(&refs, &mut batch);
+        for (f, b) in fr.iter().zip(&batch) {
+            assert_eq!(*b, jit.demux(f), "batch vs one, seed {seed} {what}\n{log}");
+        }
         for f in &fr {
             let (a, b, c) = (jit.demux(f), interp.demux(f), interp.brute_force(f));
             assert_eq!(

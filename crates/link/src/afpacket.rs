@@ -1,0 +1,455 @@
+//! AF_PACKET with memory-mapped rings: a TPACKET_V3 receive ring of blocks and a
+//! TPACKET_V3 transmit ring of fixed frames, both on one socket bound to one
+//! interface.
+//!
+//! Receive is zero-copy: frames are lent straight from the ring, and a block goes back
+//! to the kernel once all its frames have been lent. The kernel hands a block over
+//! when it is full or after [`Config::block_timeout_ms`], which bounds the receive
+//! latency at low rates. Transmit writes frames straight into ring slots and kicks the
+//! kernel with one `sendto` per batch. The socket ignores frames leaving the interface
+//! (`PACKET_IGNORE_OUTGOING`), so it never receives its own or the host's
+//! transmissions, and bypasses the qdisc layer when the kernel allows it.
+//!
+//! Offloads that merge frames (GRO, LRO) should be off on the interface: a merged
+//! super-frame larger than a block is truncated by the kernel and dropped here.
+
+use std::cell::Cell;
+use std::io;
+use std::mem::{offset_of, size_of};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use exonet_wire::ethernet::{ethertype, HEADER_LEN};
+
+use crate::sys::{self, Mmap};
+use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
+
+/// Where a transmit frame's data starts in its slot: after the aligned V3 header
+/// (the kernel's `tp_hdrlen - sizeof(struct sockaddr_ll)`).
+const TX_DATA_OFF: usize = (size_of::<libc::tpacket3_hdr>() + libc::TPACKET_ALIGNMENT - 1)
+    & !(libc::TPACKET_ALIGNMENT - 1);
+/// Offset of `block_status` in a V3 block descriptor (likewise the other fields).
+const BLOCK_STATUS: usize =
+    offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
+const BLOCK_NUM_PKTS: usize =
+    offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, num_pkts);
+const BLOCK_FIRST_PKT: usize = offset_of!(libc::tpacket_block_desc, hdr)
+    + offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
+/// Nominal receive frame size: V3 packs frames of any size into blocks, but the
+/// kernel still checks the frame geometry.
+const RX_FRAME: usize = 2048;
+
+/// Ring geometry and socket options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Bytes per receive block: a power of two, at least one page and at least the
+    /// largest frame plus its header.
+    pub block_size: usize,
+    /// Receive blocks.
+    pub block_count: usize,
+    /// Longest the kernel keeps a partly filled block before handing it over (ms).
+    pub block_timeout_ms: u32,
+    /// Transmit slots (rounded up to fill whole pages).
+    pub tx_frames: usize,
+    /// Put the interface in promiscuous mode while the socket is open.
+    pub promiscuous: bool,
+    /// Send straight to the driver, skipping the qdisc layer, if the kernel allows.
+    pub qdisc_bypass: bool,
+}
+
+impl Default for Config {
+    /// 32 receive blocks of 128 KiB, 1 ms block timeout, 512 transmit slots, not
+    /// promiscuous, qdisc bypass on.
+    fn default() -> Self {
+        Config {
+            block_size: 1 << 17,
+            block_count: 32,
+            block_timeout_ms: 1,
+            tx_frames: 512,
+            promiscuous: false,
+            qdisc_bypass: true,
+        }
+    }
+}
+
+/// An AF_PACKET link bound to one interface (see the [module documentation](self)).
+///
+/// [`stats`](Link::stats) asks the kernel for its drop counter: one system call.
+#[derive(Debug)]
+pub struct AfPacket {
+    fd: OwnedFd,
+    map: Mmap,
+    ifname: String,
+    mtu: usize,
+    mac: [u8; 6],
+    block_size: usize,
+    block_count: usize,
+    /// Receive position: current block, frames left in it, offset of the next one.
+    rx_block: usize,
+    rx_left: u32,
+    rx_off: usize,
+    tx_off: usize,
+    tx_frame_size: usize,
+    tx_frames: usize,
+    tx_head: usize,
+    /// Frames were queued but the kernel could not be kicked yet.
+    tx_unkicked: bool,
+    stats: LinkStats,
+    /// Drops the kernel reported (its counter resets on every read).
+    kernel_drops: Cell<u64>,
+    deferred: Option<io::Error>,
+}
+
+impl AfPacket {
+    /// Opens a socket on interface `ifname` with the default [`Config`].
+    pub fn open(ifname: &str) -> io::Result<AfPacket> {
+        Self::with_config(ifname, Config::default())
+    }
+
+    /// Opens a socket on interface `ifname`. Needs `CAP_NET_RAW`.
+    pub fn with_config(ifname: &str, cfg: Config) -> io::Result<AfPacket> {
+        // SAFETY: plain system call, no pointers.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // Protocol 0: nothing is received until the rings exist and `bind` names the
+        // interface.
+        // SAFETY: plain system call, no pointers.
+        let fd = sys::owned(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        let raw = fd.as_raw_fd();
+        let ifindex = sys::if_index(ifname)?;
+        let (mtu, mac) = sys::if_mtu_mac(raw, ifname)?;
+        let max_frame = mtu + MAX_HEADER_LEN;
+
+        if !cfg.block_size.is_power_of_two()
+            || cfg.block_size < page
+            || cfg.block_size < TX_DATA_OFF + max_frame
+            || cfg.block_count == 0
+            || cfg.tx_frames == 0
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "block size must be a power of two of at least a page and a frame",
+            ));
+        }
+        let tx_frame_size = (TX_DATA_OFF + max_frame).next_power_of_two();
+        let tx_block = tx_frame_size.max(page);
+        let per_block = tx_block / tx_frame_size;
+        let tx_blocks = cfg.tx_frames.div_ceil(per_block);
+        let tx_frames = tx_blocks * per_block;
+
+        let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        // Malformed transmit frames are skipped instead of stalling the ring.
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_LOSS, &1 as &libc::c_int)?;
+        sys::setsockopt(
+            raw,
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &1 as &libc::c_int,
+        )?;
+        if cfg.qdisc_bypass {
+            // Optional: older kernels and some devices refuse it.
+            let _ = sys::setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_QDISC_BYPASS,
+                &1 as &libc::c_int,
+            );
+        }
+        let uint = |v: usize| libc::c_uint::try_from(v).map_err(io::Error::other);
+        let rx_req = libc::tpacket_req3 {
+            tp_block_size: uint(cfg.block_size)?,
+            tp_block_nr: uint(cfg.block_count)?,
+            tp_frame_size: uint(RX_FRAME)?,
+            tp_frame_nr: uint(cfg.block_size / RX_FRAME * cfg.block_count)?,
+            tp_retire_blk_tov: cfg.block_timeout_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx_req)?;
+        let tx_req = libc::tpacket_req3 {
+            tp_block_size: uint(tx_block)?,
+            tp_block_nr: uint(tx_blocks)?,
+            tp_frame_size: uint(tx_frame_size)?,
+            tp_frame_nr: uint(tx_frames)?,
+            tp_retire_blk_tov: 0,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx_req)?;
+        // The kernel maps the receive ring first, then the transmit ring.
+        let tx_off = cfg.block_size * cfg.block_count;
+        let map = Mmap::shared(raw, tx_off + tx_blocks * tx_block)?;
+
+        if cfg.promiscuous {
+            let mreq = libc::packet_mreq {
+                mr_ifindex: ifindex,
+                mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+                mr_alen: 0,
+                mr_address: [0; 8],
+            };
+            sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)?;
+        }
+        // SAFETY: `sockaddr_ll` is plain data for which all zeroes is valid.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: passes a live `sockaddr_ll` and its size.
+        sys::cvt(unsafe {
+            libc::bind(
+                raw,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+
+        Ok(AfPacket {
+            fd,
+            map,
+            ifname: ifname.to_string(),
+            mtu,
+            mac,
+            block_size: cfg.block_size,
+            block_count: cfg.block_count,
+            rx_block: 0,
+            rx_left: 0,
+            rx_off: 0,
+            tx_off,
+            tx_frame_size,
+            tx_frames,
+            tx_head: 0,
+            tx_unkicked: false,
+            stats: LinkStats::default(),
+            kernel_drops: Cell::new(0),
+            deferred: None,
+        })
+    }
+
+    /// The interface the socket is bound to.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The status word at `off` in the mapping, shared with the kernel.
+    fn status(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.map.len());
+        // SAFETY: callers pass the offset of a block or frame status word, which lies
+        // in the mapping and is 4-byte aligned (blocks and frames are 16-aligned); the
+        // kernel and we only access it as a whole word.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    fn read_u32(&self, off: usize) -> u32 {
+        // SAFETY: as for `status`, for a field the kernel wrote before releasing the
+        // block to us (the Acquire load of its status orders this read after it).
+        unsafe { std::ptr::read(self.map.as_ptr().add(off).cast::<u32>()) }
+    }
+
+    /// Gives the current receive block back to the kernel.
+    fn release_block(&mut self) {
+        self.status(self.rx_block * self.block_size + BLOCK_STATUS)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.rx_block = (self.rx_block + 1) % self.block_count;
+        self.rx_left = 0;
+    }
+
+    /// Asks the kernel to send the queued frames, without waiting for them.
+    fn kick(&mut self) -> io::Result<()> {
+        // SAFETY: a zero-length send with no buffer and no address.
+        let r = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        self.tx_unkicked = false;
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Queued frames stay in the ring: kick again on the next call.
+                Some(libc::EAGAIN | libc::ENOBUFS | libc::EINTR) => self.tx_unkicked = true,
+                _ => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Link for AfPacket {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        if self.tx_unkicked {
+            self.kick()?;
+        }
+        let hdr_len = size_of::<libc::tpacket3_hdr>();
+        let mut n = 0;
+        while n < max {
+            let block = self.rx_block * self.block_size;
+            if self.rx_left == 0 {
+                let status = self.status(block + BLOCK_STATUS).load(Ordering::Acquire);
+                if status & libc::TP_STATUS_USER == 0 {
+                    break;
+                }
+                self.rx_left = self.read_u32(block + BLOCK_NUM_PKTS);
+                self.rx_off = self.read_u32(block + BLOCK_FIRST_PKT) as usize;
+                if self.rx_left == 0 {
+                    self.release_block();
+                    continue;
+                }
+            }
+            // The kernel wrote these offsets; check them anyway rather than trust
+            // them with an out-of-bounds read.
+            if !self.rx_off.is_multiple_of(4) || self.rx_off + hdr_len > self.block_size {
+                self.stats.rx_dropped += u64::from(self.rx_left);
+                self.release_block();
+                continue;
+            }
+            // SAFETY: the header lies within the block (checked above), is aligned
+            // (TPACKET_ALIGNMENT), and the block belongs to us until released.
+            let h: libc::tpacket3_hdr =
+                unsafe { std::ptr::read(self.map.as_ptr().add(block + self.rx_off).cast()) };
+            let start = self.rx_off + usize::from(h.tp_mac);
+            let len = h.tp_snaplen as usize;
+            if h.tp_snaplen < h.tp_len || start + len > self.block_size {
+                self.stats.rx_dropped += 1;
+            } else {
+                // SAFETY: the frame lies within the block, which stays ours (and
+                // unchanged) until `release_block`, after the callback returns.
+                let frame = unsafe {
+                    std::slice::from_raw_parts(self.map.as_ptr().add(block + start), len)
+                };
+                f(frame);
+                n += 1;
+                self.stats.rx_frames += 1;
+                self.stats.rx_bytes += len as u64;
+            }
+            self.rx_left -= 1;
+            if self.rx_left == 0 {
+                self.release_block();
+            } else if h.tp_next_offset == 0 {
+                self.stats.rx_dropped += u64::from(self.rx_left);
+                self.release_block();
+            } else {
+                self.rx_off += h.tp_next_offset as usize;
+            }
+        }
+        Ok(n)
+    }
+
+    fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let cap = self.max_frame_len();
+        let status_off = offset_of!(libc::tpacket3_hdr, tp_status);
+        let mut n = 0;
+        let mut queued = self.tx_unkicked;
+        loop {
+            let slot = self.tx_off + self.tx_head * self.tx_frame_size;
+            // Anything but AVAILABLE means the kernel still owns the slot: the ring is
+            // full up to here.
+            if self.status(slot + status_off).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+                break;
+            }
+            // SAFETY: the slot is available, so the kernel does not read it, and its
+            // data area of `cap` bytes lies within the slot.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(self.map.as_ptr().add(slot + TX_DATA_OFF), cap)
+            };
+            let Some(len) = fill(buf) else { break };
+            n += 1;
+            // The kernel accepts frames beyond MTU + header only if VLAN-tagged, and
+            // would drop them silently (PACKET_LOSS): count them here instead.
+            let untagged_long = len > self.mtu + HEADER_LEN
+                && !ethertype::is_vlan(u16::from_be_bytes([buf[12], buf[13]]));
+            if !sendable(len, cap) || untagged_long {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
+            let hdr = self
+                .map
+                .as_ptr()
+                .wrapping_add(slot)
+                .cast::<libc::tpacket3_hdr>();
+            // SAFETY: the slot's header is ours while its status is AVAILABLE; raw
+            // field writes avoid making a reference to memory the kernel shares.
+            unsafe {
+                (*hdr).tp_len = len as u32;
+                (*hdr).tp_snaplen = len as u32;
+                (*hdr).tp_next_offset = 0;
+            }
+            self.status(slot + status_off)
+                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            self.tx_head = (self.tx_head + 1) % self.tx_frames;
+            self.stats.tx_frames += 1;
+            self.stats.tx_bytes += len as u64;
+            queued = true;
+        }
+        if queued {
+            if let Err(e) = self.kick() {
+                if n == 0 {
+                    return Err(e);
+                }
+                self.deferred = Some(e);
+            }
+        }
+        Ok(n)
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn as_raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
+    /// Frames the kernel could not take yet are retried soon, by any call.
+    fn poll_timeout(&self) -> Option<Duration> {
+        self.tx_unkicked.then_some(Duration::from_millis(1))
+    }
+
+    fn stats(&self) -> LinkStats {
+        let mut st = libc::tpacket_stats_v3 {
+            tp_packets: 0,
+            tp_drops: 0,
+            tp_freeze_q_cnt: 0,
+        };
+        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into the live `st`.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            self.kernel_drops
+                .set(self.kernel_drops.get() + u64::from(st.tp_drops));
+        }
+        LinkStats {
+            rx_dropped: self.stats.rx_dropped + self.kernel_drops.get(),
+            ..self.stats
+        }
+    }
+}

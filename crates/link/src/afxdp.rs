@@ -1,0 +1,608 @@
+//! AF_XDP: frames move between the driver and a user-space frame area (the UMEM)
+//! through four rings, with no copy at all where the driver supports zero-copy and
+//! one copy in the kernel otherwise (the kernel chooses).
+//!
+//! [`AfXdp::open`] registers the UMEM, maps the fill, completion, rx and tx rings,
+//! binds the socket to one queue of the interface, and attaches a four-instruction
+//! XDP program that redirects *every* frame arriving on that queue to the socket
+//! (falling back to the kernel stack if the socket is gone). The program stays
+//! attached through a BPF link owned by the [`AfXdp`], so it is detached when the
+//! link is dropped or the process dies. Traffic on other queues still goes to the
+//! kernel: on a multi-queue NIC, steer what exonet owns to the bound queue (or use
+//! one queue). An interface that already has an XDP program refuses the attach.
+//!
+//! Half of the UMEM's chunks circulate between the fill and rx rings (received
+//! frames are lent from their chunk and handed back to the fill ring after the
+//! callback); the other half between a free list, the tx ring and the completion
+//! ring (`send_with` lends a free chunk to be written in place).
+//!
+//! Needs `CAP_NET_ADMIN`, `CAP_BPF` and `CAP_NET_RAW` (root).
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::sys::{self, Mmap};
+use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
+
+/// Headroom the kernel keeps in front of every received frame in a chunk.
+const XDP_PACKET_HEADROOM: usize = 256;
+const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
+const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+const XDP_PASS: i32 = 2;
+/// Offset of `rx_queue_index` in `struct xdp_md`.
+const XDP_MD_RX_QUEUE: i16 = 16;
+
+/// UMEM and ring geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Interface queue to bind.
+    pub queue: u32,
+    /// UMEM chunks, half for receiving and half for sending.
+    pub frames: u32,
+    /// Bytes per chunk: a power of two from 2048 to the page size, holding the
+    /// largest frame plus 256 bytes of headroom.
+    pub frame_size: u32,
+    /// Entries of each ring: a power of two, at least `frames / 2`.
+    pub ring_size: u32,
+}
+
+impl Default for Config {
+    /// Queue 0; 4096 chunks of 2048 bytes; rings of 2048 entries.
+    fn default() -> Self {
+        Config {
+            queue: 0,
+            frames: 4096,
+            frame_size: 2048,
+            ring_size: 2048,
+        }
+    }
+}
+
+/// One mapped AF_XDP ring and this side's copy of the indices.
+#[derive(Debug)]
+struct Ring {
+    map: Mmap,
+    producer: usize,
+    consumer: usize,
+    flags: usize,
+    desc: usize,
+    size: u32,
+    /// The index this side advances (producer or consumer).
+    local: u32,
+    /// The other side's index, as last read.
+    cached: u32,
+}
+
+impl Ring {
+    fn open(
+        fd: RawFd,
+        off: &libc::xdp_ring_offset,
+        size: u32,
+        entry: usize,
+        pgoff: libc::off_t,
+    ) -> io::Result<Ring> {
+        let field = |v: u64| usize::try_from(v).map_err(io::Error::other);
+        let desc = field(off.desc)?;
+        let map = Mmap::shared_at(fd, desc + size as usize * entry, pgoff)?;
+        Ok(Ring {
+            map,
+            producer: field(off.producer)?,
+            consumer: field(off.consumer)?,
+            flags: field(off.flags)?,
+            desc,
+            size,
+            local: 0,
+            cached: 0,
+        })
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: the kernel's mmap offsets place the producer, consumer and flags
+        // words inside the mapping, 4-byte aligned; both sides access them atomically.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
+    }
+
+    fn entry(&self, idx: u32, entry: usize) -> *mut u8 {
+        let i = (idx & (self.size - 1)) as usize;
+        // SAFETY: the mapping holds `size` entries after `desc`.
+        unsafe { self.map.as_ptr().add(self.desc + i * entry) }
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        self.word(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+}
+
+/// An AF_XDP link on one queue of one interface (see the [module
+/// documentation](self)).
+#[derive(Debug)]
+pub struct AfXdp {
+    // Dropped first: detaching the program stops redirection before the socket goes.
+    _xdp_link: OwnedFd,
+    _prog: OwnedFd,
+    _map: OwnedFd,
+    fd: OwnedFd,
+    rx: Ring,
+    tx: Ring,
+    fill: Ring,
+    comp: Ring,
+    umem: Mmap,
+    frame_size: usize,
+    /// Transmit chunks not in the tx or completion ring.
+    free: Vec<u64>,
+    ifname: String,
+    mtu: usize,
+    mac: [u8; 6],
+    tx_unkicked: bool,
+    stats: LinkStats,
+    deferred: Option<io::Error>,
+}
+
+impl AfXdp {
+    /// Opens queue 0 of `ifname` with the default [`Config`].
+    pub fn open(ifname: &str) -> io::Result<AfXdp> {
+        Self::with_config(ifname, Config::default())
+    }
+
+    /// Opens `cfg.queue` of `ifname`.
+    pub fn with_config(ifname: &str, cfg: Config) -> io::Result<AfXdp> {
+        // SAFETY: plain system call, no pointers.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let ifindex = sys::if_index(ifname)?;
+        let (mtu, mac) = sys::if_mtu_mac(sys::ioctl_socket()?.as_raw_fd(), ifname)?;
+        let frame_size = cfg.frame_size as usize;
+        if !cfg.frame_size.is_power_of_two()
+            || !(2048..=page).contains(&frame_size)
+            || XDP_PACKET_HEADROOM + mtu + MAX_HEADER_LEN > frame_size
+            || !cfg.ring_size.is_power_of_two()
+            || cfg.frames < 2
+            || cfg.frames / 2 > cfg.ring_size
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad AF_XDP geometry (chunk size, ring size or MTU)",
+            ));
+        }
+        let umem = Mmap::anonymous(cfg.frames as usize * frame_size)?;
+
+        // SAFETY: plain system call, no pointers.
+        let fd = sys::owned(unsafe {
+            libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0)
+        })?;
+        let raw = fd.as_raw_fd();
+        let reg = libc::xdp_umem_reg {
+            addr: umem.as_ptr() as u64,
+            len: umem.len() as u64,
+            chunk_size: cfg.frame_size,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)?;
+        let size = cfg.ring_size as libc::c_int;
+        for opt in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            sys::setsockopt(raw, libc::SOL_XDP, opt, &size)?;
+        }
+        // SAFETY: `xdp_mmap_offsets` is plain data; all zeroes is valid.
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into the live `off`.
+        sys::cvt(unsafe {
+            libc::getsockopt(
+                raw,
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+                &mut len,
+            )
+        })?;
+        let desc = size_of::<libc::xdp_desc>();
+        let pg = |v: u64| libc::off_t::try_from(v).map_err(io::Error::other);
+        let rx = Ring::open(raw, &off.rx, cfg.ring_size, desc, libc::XDP_PGOFF_RX_RING)?;
+        let tx = Ring::open(raw, &off.tx, cfg.ring_size, desc, libc::XDP_PGOFF_TX_RING)?;
+        let mut fill = Ring::open(
+            raw,
+            &off.fr,
+            cfg.ring_size,
+            8,
+            pg(libc::XDP_UMEM_PGOFF_FILL_RING)?,
+        )?;
+        let comp = Ring::open(
+            raw,
+            &off.cr,
+            cfg.ring_size,
+            8,
+            pg(libc::XDP_UMEM_PGOFF_COMPLETION_RING)?,
+        )?;
+
+        let half = u64::from(cfg.frames / 2);
+        // Every receive chunk starts on the fill ring.
+        for i in 0..half {
+            // SAFETY: a fill ring entry is 8 bytes; the ring is empty before bind.
+            unsafe {
+                std::ptr::write(
+                    fill.entry(fill.local, 8).cast::<u64>(),
+                    i * frame_size as u64,
+                )
+            };
+            fill.local = fill.local.wrapping_add(1);
+        }
+        fill.word(fill.producer)
+            .store(fill.local, Ordering::Release);
+
+        let sxdp = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
+            sxdp_ifindex: ifindex as u32,
+            sxdp_queue_id: cfg.queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: passes a live `sockaddr_xdp` and its size.
+        sys::cvt(unsafe {
+            libc::bind(
+                raw,
+                (&sxdp as *const libc::sockaddr_xdp).cast(),
+                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        })?;
+
+        // The socket must be bound before it can enter the map.
+        let map = xskmap(cfg.queue + 1)?;
+        let mut attr = Attr::default();
+        let (key, value) = (cfg.queue, raw as u32);
+        attr.put_u32(0, map.as_raw_fd() as u32);
+        attr.put_u64(8, &key as *const u32 as u64);
+        attr.put_u64(16, &value as *const u32 as u64);
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
+        let prog = load_redirect_program(map.as_raw_fd())?;
+        let mut attr = Attr::default();
+        attr.put_u32(0, prog.as_raw_fd() as u32);
+        attr.put_u32(4, ifindex as u32);
+        attr.put_u32(8, BPF_XDP);
+        let xdp_link =
+            sys::owned(bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+                io::Error::new(e.kind(), format!("attaching XDP to {ifname}: {e}"))
+            })?)?;
+
+        Ok(AfXdp {
+            _xdp_link: xdp_link,
+            _prog: prog,
+            _map: map,
+            fd,
+            rx,
+            tx,
+            fill,
+            comp,
+            umem,
+            frame_size,
+            free: (half..2 * half).map(|i| i * frame_size as u64).collect(),
+            ifname: ifname.to_string(),
+            mtu,
+            mac,
+            tx_unkicked: false,
+            stats: LinkStats::default(),
+            deferred: None,
+        })
+    }
+
+    /// The interface the socket is bound to.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Tells the kernel to send what the tx ring holds, without waiting. In copy
+    /// mode the kernel sends a bounded batch per call and says `EAGAIN` while more is
+    /// left, so this repeats until the ring is drained or the kernel is truly busy.
+    fn kick(&mut self) -> io::Result<()> {
+        self.tx_unkicked = false;
+        for _ in 0..=self.tx.size / 16 {
+            // SAFETY: a zero-length send with no buffer and no address.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EINTR)
+                    if self.tx.word(self.tx.consumer).load(Ordering::Acquire) != self.tx.local => {}
+                Some(libc::EAGAIN | libc::EINTR) => return Ok(()),
+                // Busy or out of buffers: the frames wait in the ring; retry soon.
+                Some(libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN) => break,
+                _ => return Err(e),
+            }
+        }
+        self.tx_unkicked = true;
+        Ok(())
+    }
+
+    /// Takes transmitted chunks back from the completion ring.
+    fn reclaim(&mut self) {
+        let prod = self.comp.word(self.comp.producer).load(Ordering::Acquire);
+        let mask = !(self.frame_size as u64 - 1);
+        while self.comp.local != prod {
+            // SAFETY: entries below the Acquire-loaded producer are written.
+            let addr = unsafe { std::ptr::read(self.comp.entry(self.comp.local, 8).cast::<u64>()) };
+            self.free.push(addr & mask);
+            self.comp.local = self.comp.local.wrapping_add(1);
+        }
+        self.comp
+            .word(self.comp.consumer)
+            .store(self.comp.local, Ordering::Release);
+    }
+}
+
+impl Link for AfXdp {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        if self.tx_unkicked {
+            self.kick()?;
+        }
+        let prod = self.rx.word(self.rx.producer).load(Ordering::Acquire);
+        let avail = prod.wrapping_sub(self.rx.local).min(self.rx.size) as usize;
+        let take = avail.min(max);
+        let mask = !(self.frame_size as u64 - 1);
+        for _ in 0..take {
+            // SAFETY: entries below the Acquire-loaded producer are written.
+            let d: libc::xdp_desc = unsafe {
+                std::ptr::read(
+                    self.rx
+                        .entry(self.rx.local, size_of::<libc::xdp_desc>())
+                        .cast(),
+                )
+            };
+            let (addr, len) = (d.addr as usize, d.len as usize);
+            if addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.umem.len())
+            {
+                // SAFETY: the chunk is ours until it goes back on the fill ring below,
+                // after the callback.
+                let frame =
+                    unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(addr), len) };
+                f(frame);
+                self.stats.rx_frames += 1;
+                self.stats.rx_bytes += len as u64;
+            } else {
+                self.stats.rx_dropped += 1;
+            }
+            self.rx.local = self.rx.local.wrapping_add(1);
+            // The fill ring has room for every receive chunk, so this never overruns.
+            // SAFETY: a fill ring entry is 8 bytes and free until published.
+            unsafe {
+                std::ptr::write(
+                    self.fill.entry(self.fill.local, 8).cast::<u64>(),
+                    d.addr & mask,
+                )
+            };
+            self.fill.local = self.fill.local.wrapping_add(1);
+        }
+        if take > 0 {
+            self.rx
+                .word(self.rx.consumer)
+                .store(self.rx.local, Ordering::Release);
+            self.fill
+                .word(self.fill.producer)
+                .store(self.fill.local, Ordering::Release);
+        }
+        if take < max && self.fill.needs_wakeup() {
+            // The driver waits for a nudge before it uses the refilled chunks.
+            // SAFETY: a zero-length receive with no buffer and no address.
+            unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        Ok(take)
+    }
+
+    fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        self.reclaim();
+        let cap = self.max_frame_len();
+        let (mut n, mut queued) = (0, false);
+        loop {
+            if self.tx.local.wrapping_sub(self.tx.cached) >= self.tx.size {
+                self.tx.cached = self.tx.word(self.tx.consumer).load(Ordering::Acquire);
+                if self.tx.local.wrapping_sub(self.tx.cached) >= self.tx.size {
+                    break;
+                }
+            }
+            let Some(&addr) = self.free.last() else { break };
+            // SAFETY: a free chunk belongs to no ring, so neither the kernel nor the
+            // NIC touches it; `cap` is below the chunk size.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(self.umem.as_ptr().add(addr as usize), cap)
+            };
+            let Some(len) = fill(buf) else { break };
+            n += 1;
+            if !sendable(len, cap) {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
+            self.free.pop();
+            let d = libc::xdp_desc {
+                addr,
+                len: len as u32,
+                options: 0,
+            };
+            // SAFETY: a tx ring entry is free while below consumer + size.
+            unsafe {
+                std::ptr::write(
+                    self.tx
+                        .entry(self.tx.local, size_of::<libc::xdp_desc>())
+                        .cast(),
+                    d,
+                )
+            };
+            self.tx.local = self.tx.local.wrapping_add(1);
+            self.stats.tx_frames += 1;
+            self.stats.tx_bytes += len as u64;
+            queued = true;
+        }
+        if queued {
+            self.tx
+                .word(self.tx.producer)
+                .store(self.tx.local, Ordering::Release);
+        }
+        if (queued || self.tx_unkicked) && self.tx.needs_wakeup() {
+            if let Err(e) = self.kick() {
+                if n == 0 {
+                    return Err(e);
+                }
+                self.deferred = Some(e);
+            }
+        }
+        Ok(n)
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    fn as_raw_fd(&self) -> Option<RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
+    /// Retry soon while frames wait for a kick or chunks for their completion.
+    fn poll_timeout(&self) -> Option<Duration> {
+        (self.tx_unkicked || self.free.is_empty()).then_some(Duration::from_millis(1))
+    }
+
+    fn stats(&self) -> LinkStats {
+        // SAFETY: `xdp_statistics` is plain data; all zeroes is valid.
+        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into the live `st`.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&mut st as *mut libc::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        let kernel = if r == 0 {
+            st.rx_dropped + st.rx_ring_full
+        } else {
+            0
+        };
+        LinkStats {
+            rx_dropped: self.stats.rx_dropped + kernel,
+            ..self.stats
+        }
+    }
+}
+
+/// A `union bpf_attr`, zeroed beyond the fields a command sets (the kernel insists).
+#[repr(C, align(8))]
+struct Attr([u8; 128]);
+
+impl Default for Attr {
+    fn default() -> Self {
+        Attr([0; 128])
+    }
+}
+
+impl Attr {
+    fn put_u32(&mut self, off: usize, v: u32) {
+        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
+    fn put_u64(&mut self, off: usize, v: u64) {
+        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// The bpf(2) system call.
+fn bpf(cmd: libc::c_int, attr: &mut Attr) -> io::Result<libc::c_int> {
+    // SAFETY: `attr` is a live, fully initialized buffer of the size passed; pointers
+    // stored in it by callers point to live values for the duration of the call.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), attr.0.len()) };
+    sys::cvt(libc::c_int::try_from(r).map_err(io::Error::other)?)
+}
+
+fn xskmap(entries: u32) -> io::Result<OwnedFd> {
+    let mut attr = Attr::default();
+    attr.put_u32(0, BPF_MAP_TYPE_XSKMAP);
+    attr.put_u32(4, 4);
+    attr.put_u32(8, 4);
+    attr.put_u32(12, entries);
+    sys::owned(bpf(BPF_MAP_CREATE, &mut attr)?)
+}
+
+/// One eBPF instruction: opcode, registers, offset, immediate.
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    u64::from(code)
+        | u64::from(src << 4 | dst) << 8
+        | u64::from(off as u16) << 16
+        | u64::from(imm as u32) << 32
+}
+
+/// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
+fn load_redirect_program(map_fd: RawFd) -> io::Result<OwnedFd> {
+    const BPF_PSEUDO_MAP_FD: u8 = 1;
+    let prog = [
+        insn(0x61, 2, 1, XDP_MD_RX_QUEUE, 0), // r2 = *(u32 *)(r1 + 16)
+        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = map (two slots)
+        0,
+        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = XDP_PASS: the fallback action
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),        // exit
+    ];
+    let license = c"GPL";
+    let mut log = vec![0u8; 16 * 1024];
+    let mut attr = Attr::default();
+    attr.put_u32(0, BPF_PROG_TYPE_XDP);
+    attr.put_u32(4, prog.len() as u32);
+    attr.put_u64(8, prog.as_ptr() as u64);
+    attr.put_u64(16, license.as_ptr() as u64);
+    attr.put_u32(24, 1);
+    attr.put_u32(28, log.len() as u32);
+    attr.put_u64(32, log.as_mut_ptr() as u64);
+    attr.0[48..48 + 10].copy_from_slice(b"exonet_xsk");
+    attr.put_u32(68, BPF_XDP);
+    let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|e| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let msg = String::from_utf8_lossy(&log[..end]);
+        io::Error::new(e.kind(), format!("loading the XDP program: {e}: {msg}"))
+    })?;
+    sys::owned(fd)
+}

@@ -1,0 +1,224 @@
+//! Links: the one place where Ethernet frames enter and leave exonet.
+//!
+//! A [`Link`] moves *batches* of frames and never allocates on the fast path: received
+//! frames are lent to a callback straight from wherever the link keeps them (a kernel
+//! ring, a shared-memory cable), and frames to send are written by a callback straight
+//! into the buffer the link lends (a transmit ring slot). The drivers are
+//!
+//! - [`memwire`]: an in-memory Ethernet cable between two links, in one process or
+//!   across two (shared memory and eventfds); the substrate of tests without privileges;
+//! - [`tap`]: a Linux TAP device;
+//! - [`afpacket`]: an AF_PACKET socket with mmap'ed TPACKET_V3 rings, bound to one
+//!   interface;
+//! - [`afxdp`]: an AF_XDP socket on one interface queue, its frames in a user-space
+//!   UMEM (zero-copy where the driver supports it).
+//!
+//! Wrappers compose over any link, as smoltcp's `phy` wrappers compose over any device:
+//! [`FaultInjector`] (loss, duplication, reordering, corruption, delay),
+//! [`PcapCapture`] (a capture file of both directions) and [`Tracer`] (a callback per
+//! frame). A wrapper sees frames on the side of the chain it sits on: in
+//! `PcapCapture<FaultInjector<Tap>>` the capture records what the application sent and
+//! received, before transmit faults and after receive faults.
+//!
+//! ```
+//! use exonet_link::{memwire, Link};
+//!
+//! let (mut a, mut b) = memwire::pair()?;
+//! let frame = [0xffu8; 60];
+//! assert_eq!(a.send_batch(&[&frame[..], &frame[..]])?, 2);
+//! let mut got = Vec::new();
+//! b.recv_batch(&mut |f| got.push(f.len()), 32)?;
+//! assert_eq!(got, [60, 60]);
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+pub mod afpacket;
+pub mod afxdp;
+mod clock;
+pub mod fault;
+pub mod memwire;
+pub mod pcap;
+mod sys;
+pub mod tap;
+pub mod tracer;
+
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use fault::{FaultInjector, FaultStats, Faults};
+pub use pcap::PcapCapture;
+pub use tracer::Tracer;
+
+/// Shortest frame a link accepts for sending: an Ethernet header (no FCS, no padding
+/// required; links do not pad).
+pub const MIN_FRAME_LEN: usize = 14;
+/// Longest link-layer header counted on top of the MTU: Ethernet with one 802.1Q tag.
+pub const MAX_HEADER_LEN: usize = 18;
+
+/// Which way a frame was going.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Received from the link.
+    Rx,
+    /// Sent to the link.
+    Tx,
+}
+
+impl fmt::Display for Direction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Direction::Rx => "rx",
+            Direction::Tx => "tx",
+        })
+    }
+}
+
+/// Counters of a link since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Frames handed to the receive callback.
+    pub rx_frames: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Frames that arrived but were lost before reaching the callback: queue or ring
+    /// full, truncated, malformed.
+    pub rx_dropped: u64,
+    /// Frames accepted for sending.
+    pub tx_frames: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// Frames taken from the caller but not sent: shorter than [`MIN_FRAME_LEN`],
+    /// longer than the lent buffer, or refused by the device.
+    pub tx_dropped: u64,
+}
+
+/// A network link that moves batches of Ethernet frames (no preamble, no FCS).
+///
+/// # Contract
+///
+/// - **Non-blocking.** No method waits. `recv_batch` returns `Ok(0)` when nothing is
+///   there; `send_with` returns early when the link has no room.
+/// - **Receive.** [`recv_batch`](Link::recv_batch) calls `f` once per frame, for at
+///   most `max` frames, and returns how many. Each frame is lent only for the duration
+///   of its call (it may live in a ring the kernel or a peer refills afterwards): copy
+///   what must outlive it.
+/// - **Transmit.** [`send_with`](Link::send_with) lends buffers of exactly
+///   [`max_frame_len`](Link::max_frame_len) bytes, one at a time, for as long as it has
+///   room. `fill` writes the next frame at the front of the buffer and returns its
+///   length, or `None` when it has nothing more to send; `fill` is not called again
+///   after `None` nor after the link ran out of room. Every `Some` *takes* the frame:
+///   it is sent, or dropped and counted in [`LinkStats::tx_dropped`] when its length is
+///   below [`MIN_FRAME_LEN`] or beyond the buffer. The return value is the number of
+///   frames taken. [`send_batch`](Link::send_batch) is the copying form over slices.
+/// - **Errors.** A failure that concerns one frame drops that frame and counts it. A
+///   failure of the link itself is returned as `Err` only by a call that moved no
+///   frame; met after frames have moved, it ends the call with its count and is
+///   returned by the next call.
+/// - **Sleeping.** When [`as_raw_fd`](Link::as_raw_fd) is `Some`, it becomes readable
+///   (level-triggered) when frames may be received and writable when `send_with` may
+///   take frames. Before sleeping on it, call `recv_batch` until it returns fewer than
+///   `max`, and sleep no longer than [`poll_timeout`](Link::poll_timeout): only then
+///   is a wake-up guaranteed for the next frame.
+pub trait Link {
+    /// Lends up to `max` received frames to `f`, in arrival order; returns how many.
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize>;
+
+    /// Lends transmit buffers to `fill` until it returns `None` or the link is out of
+    /// room; returns how many frames were taken (see the trait contract).
+    fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize>;
+
+    /// Sends a prefix of `frames` by copying them into the link's buffers; returns how
+    /// many were taken (sent or dropped as malformed). The rest did not fit now.
+    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        let mut next = frames.iter();
+        self.send_with(&mut |buf| {
+            let frame = next.next()?;
+            // A frame longer than the buffer is reported by its length and dropped.
+            if let Some(dst) = buf.get_mut(..frame.len()) {
+                dst.copy_from_slice(frame);
+            }
+            Some(frame.len())
+        })
+    }
+
+    /// Largest Ethernet payload (IP MTU), as the interface reports it.
+    fn mtu(&self) -> usize;
+
+    /// Largest frame: [`mtu`](Link::mtu) plus [`MAX_HEADER_LEN`]. Also the length of
+    /// every buffer lent by [`send_with`](Link::send_with).
+    fn max_frame_len(&self) -> usize {
+        self.mtu() + MAX_HEADER_LEN
+    }
+
+    /// The station address to use as the source of frames sent on this link.
+    fn mac(&self) -> [u8; 6];
+
+    /// A descriptor to wait on with poll/epoll, if the link has one.
+    fn as_raw_fd(&self) -> Option<RawFd>;
+
+    /// Counters since the link was opened.
+    fn stats(&self) -> LinkStats;
+
+    /// Longest a caller may sleep before calling the link again even without any
+    /// readiness on [`as_raw_fd`](Link::as_raw_fd); `None` means no limit. Links that
+    /// hold frames for later (delay, reordering) say when they are due.
+    fn poll_timeout(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Every method forwarded, so that wrappers over a `Box<dyn Link>` or a `&mut` borrow
+/// keep the inner link's own provided methods.
+macro_rules! forward_link {
+    () => {
+        fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+            (**self).recv_batch(f, max)
+        }
+        fn send_with(
+            &mut self,
+            fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+        ) -> io::Result<usize> {
+            (**self).send_with(fill)
+        }
+        fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+            (**self).send_batch(frames)
+        }
+        fn mtu(&self) -> usize {
+            (**self).mtu()
+        }
+        fn max_frame_len(&self) -> usize {
+            (**self).max_frame_len()
+        }
+        fn mac(&self) -> [u8; 6] {
+            (**self).mac()
+        }
+        fn as_raw_fd(&self) -> Option<RawFd> {
+            (**self).as_raw_fd()
+        }
+        fn stats(&self) -> LinkStats {
+            (**self).stats()
+        }
+        fn poll_timeout(&self) -> Option<Duration> {
+            (**self).poll_timeout()
+        }
+    };
+}
+
+impl<L: Link + ?Sized> Link for &mut L {
+    forward_link!();
+}
+
+impl<L: Link + ?Sized> Link for Box<L> {
+    forward_link!();
+}
+
+/// Whether a length returned by a `send_with` fill can be sent from a buffer of
+/// `cap` bytes.
+fn sendable(len: usize, cap: usize) -> bool {
+    (MIN_FRAME_LEN..=cap).contains(&len)
+}
