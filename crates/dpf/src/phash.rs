@@ -177,8 +177,8 @@ impl PerfectHash {
     /// [`SINGLE_MAX`]: the code that reads it must change.
     pub fn insert(&mut self, key: u64, val: u64) -> bool {
         debug_assert!(val != 0);
-        if self.entries.contains_key(&key) {
-            self.entries.insert(key, val);
+        if let Some(v) = self.entries.get_mut(&key) {
+            *v = val;
             let i = self.slot(key);
             self.vals[i] = val;
             return true;

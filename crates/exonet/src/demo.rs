@@ -150,7 +150,7 @@ fn traffic(n: usize, seed: u64) -> Vec<Vec<u8>> {
                 _ => {
                     // Nobody listens: the multiplexer answers RST / port unreachable.
                     let port = 1024 + rng.below(8000) as u16;
-                    if roll % 2 == 0 {
+                    if roll & 1 == 0 {
                         tcp(peer(&mut rng), HOST, 40000, port, flags::SYN)
                     } else {
                         udp(peer(&mut rng), HOST, 40000, port)

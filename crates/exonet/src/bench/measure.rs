@@ -79,6 +79,38 @@ pub fn ns_per_frame<R>(
     median(samples)
 }
 
+/// Median nanoseconds per frame of `classify` called on `chunk` frames at a
+/// time, cycling through `frames`.
+pub fn ns_per_frame_batched<T: Copy + Default>(
+    frames: &[&[u8]],
+    budget: &Budget,
+    chunk: usize,
+    mut classify: impl FnMut(&[&[u8]], &mut [T]),
+) -> f64 {
+    assert!(!frames.is_empty() && chunk > 0);
+    let n = frames.len();
+    let mut out = vec![T::default(); chunk];
+    let mut pos = 0usize;
+    let mut batch = |count: u64| -> Duration {
+        let start = Instant::now();
+        let mut left = count;
+        while left > 0 {
+            let take = (left.min(chunk as u64) as usize).min(n - pos);
+            classify(black_box(&frames[pos..pos + take]), &mut out[..take]);
+            black_box(&out);
+            left -= take as u64;
+            pos = if pos + take == n { 0 } else { pos + take };
+        }
+        start.elapsed()
+    };
+    let count = calibrate(budget.per_rep(), &mut batch);
+    batch(count);
+    let samples = (0..budget.reps)
+        .map(|_| batch(count).as_nanos() as f64 / count as f64)
+        .collect();
+    median(samples)
+}
+
 /// The batch length that makes `batch` take about `target`.
 pub fn calibrate(target: Duration, batch: &mut impl FnMut(u64) -> Duration) -> u64 {
     let mut count: u64 = 1;

@@ -10,7 +10,9 @@
 //! # Systems
 //!
 //! - `exonet-jit`: `Dpf::new()`, the filters merged and compiled to native
-//!   code; `exonet-interp`: `Dpf::with_engine(Engine::Interp)`.
+//!   code, called once per frame; `exonet-jit-batch`: the same code called
+//!   with `demux_batch` on 32 frames at a time, as the multiplexer's receive
+//!   loop calls it; `exonet-interp`: `Dpf::with_engine(Engine::Interp)`.
 //! - `libpcap`: each filter compiled by `pcap_compile` (optimizer on) from
 //!   the equivalent tcpdump expression ([`cases`] says how they match), run
 //!   with `pcap_offline_filter`: one program per filter, tried in turn, the
@@ -87,8 +89,9 @@ pub struct DpfArgs {
 }
 
 /// The systems, in the order of the table's columns.
-pub const SYSTEMS: [&str; 5] = [
+pub const SYSTEMS: [&str; 6] = [
     "exonet-jit",
+    "exonet-jit-batch",
     "exonet-interp",
     "libpcap",
     "hand-rust",
@@ -208,6 +211,7 @@ fn run_system(
 ) -> Result<f64, Fail> {
     match system {
         "exonet-jit" => dpf(case, Dpf::new(), budget),
+        "exonet-jit-batch" => dpf_batch(case, budget),
         "exonet-interp" => dpf(case, Dpf::with_engine(Engine::Interp), budget),
         "libpcap" => libpcap(case, budget),
         "hand-rust" => hand_rust(case, budget),
@@ -281,6 +285,41 @@ fn dpf(case: &Case, mut dpf: Dpf, budget: &Budget) -> Result<f64, Fail> {
         },
         |f| dpf.demux(f),
     )
+}
+
+/// The JIT through `demux_batch`, 32 frames a call.
+fn dpf_batch(case: &Case, budget: &Budget) -> Result<f64, Fail> {
+    let mut dpf = Dpf::new();
+    let mut index = HashMap::new();
+    for (i, f) in case.filters.iter().enumerate() {
+        let id = dpf
+            .insert(f)
+            .map_err(|e| Fail::Error(format!("insert of filter {i} ({f}) failed: {e}")))?;
+        index.insert(id, i);
+    }
+    let refs: Vec<&[u8]> = case.frames.iter().map(|f| f.as_slice()).collect();
+    let mut out = vec![None; refs.len()];
+    dpf.demux_batch(&refs, &mut out);
+    verify(case, |f| {
+        let j = refs
+            .iter()
+            .position(|r| *r == f)
+            .expect("a frame of the case");
+        out[j]
+            .map(|id| {
+                index
+                    .get(&id)
+                    .copied()
+                    .ok_or(format!("unknown filter {id}"))
+            })
+            .transpose()
+    })?;
+    Ok(measure::ns_per_frame_batched(
+        &refs,
+        budget,
+        32,
+        |fs, out| dpf.demux_batch(fs, out),
+    ))
 }
 
 fn libpcap(case: &Case, budget: &Budget) -> Result<f64, Fail> {
