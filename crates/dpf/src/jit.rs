@@ -863,18 +863,9 @@ impl Gen<'_, '_> {
         if atoms.len() > 1 {
             self.stats.coalesced += 1;
         }
-        let (mask, val) = encode(start, &atoms);
+        let (_, val) = encode(start, &atoms);
         let raw = self.load_raw(r, start, bytes);
-        let full = if bytes == 8 {
-            u64::MAX
-        } else {
-            (1u64 << (8 * bytes)) - 1
-        };
-        let v = if mask == full {
-            raw
-        } else {
-            self.b.ins().band_imm_u(raw, mask as i64)
-        };
+        let v = self.masked(raw, &atoms, start, bytes);
         let ok = self.b.ins().icmp_imm_u(IntCC::Equal, v, val as i64);
         let then = self.b.create_block();
         self.b.ins().brif(ok, then, &[], next, &[]);

@@ -69,7 +69,7 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use clap::Args;
-use exonet_dpf::{Dpf, Engine};
+use exonet_dpf::{Dpf, Engine, FilterId};
 
 use crate::bench::measure::{self, Budget};
 use crate::bench::report::{human, Outcome, Reporter};
@@ -262,7 +262,8 @@ fn verified<R>(
     Ok(measure::ns_per_frame(&case.frames, budget, time))
 }
 
-fn dpf(case: &Case, mut dpf: Dpf, budget: &Budget) -> Result<f64, Fail> {
+/// Installs the case's filters; maps each filter id to its index.
+fn install(case: &Case, dpf: &mut Dpf) -> Result<HashMap<FilterId, usize>, Fail> {
     let mut index = HashMap::new();
     for (i, f) in case.filters.iter().enumerate() {
         let id = dpf
@@ -270,19 +271,29 @@ fn dpf(case: &Case, mut dpf: Dpf, budget: &Budget) -> Result<f64, Fail> {
             .map_err(|e| Fail::Error(format!("insert of filter {i} ({f}) failed: {e}")))?;
         index.insert(id, i);
     }
+    Ok(index)
+}
+
+/// The filter index of a demux result.
+fn index_of(
+    index: &HashMap<FilterId, usize>,
+    r: Option<FilterId>,
+) -> Result<Option<usize>, String> {
+    r.map(|id| {
+        index
+            .get(&id)
+            .copied()
+            .ok_or(format!("unknown filter {id}"))
+    })
+    .transpose()
+}
+
+fn dpf(case: &Case, mut dpf: Dpf, budget: &Budget) -> Result<f64, Fail> {
+    let index = install(case, &mut dpf)?;
     verified(
         case,
         budget,
-        |f| {
-            dpf.demux(f)
-                .map(|id| {
-                    index
-                        .get(&id)
-                        .copied()
-                        .ok_or(format!("unknown filter {id}"))
-                })
-                .transpose()
-        },
+        |f| index_of(&index, dpf.demux(f)),
         |f| dpf.demux(f),
     )
 }
@@ -290,13 +301,7 @@ fn dpf(case: &Case, mut dpf: Dpf, budget: &Budget) -> Result<f64, Fail> {
 /// The JIT through `demux_batch`, 32 frames a call.
 fn dpf_batch(case: &Case, budget: &Budget) -> Result<f64, Fail> {
     let mut dpf = Dpf::new();
-    let mut index = HashMap::new();
-    for (i, f) in case.filters.iter().enumerate() {
-        let id = dpf
-            .insert(f)
-            .map_err(|e| Fail::Error(format!("insert of filter {i} ({f}) failed: {e}")))?;
-        index.insert(id, i);
-    }
+    let index = install(case, &mut dpf)?;
     let refs: Vec<&[u8]> = case.frames.iter().map(|f| f.as_slice()).collect();
     let mut out = vec![None; refs.len()];
     dpf.demux_batch(&refs, &mut out);
@@ -305,14 +310,7 @@ fn dpf_batch(case: &Case, budget: &Budget) -> Result<f64, Fail> {
             .iter()
             .position(|r| *r == f)
             .expect("a frame of the case");
-        out[j]
-            .map(|id| {
-                index
-                    .get(&id)
-                    .copied()
-                    .ok_or(format!("unknown filter {id}"))
-            })
-            .transpose()
+        index_of(&index, out[j])
     })?;
     Ok(measure::ns_per_frame_batched(
         &refs,
