@@ -976,6 +976,12 @@ impl Gen<'_, '_> {
         }
         self.b.switch_to_block(leaf_blk);
         let id = self.b.ins().band_imm_u(sval, 0xffff_ffff);
+        if !maybe_best && next_pot < 0 {
+            // Nothing was recorded and nothing is left: this leaf is it.
+            self.b.def_var(self.best_id, id);
+            self.ret_best();
+            return;
+        }
         let p = self.b.ins().ushr_imm_u(sval, 32);
         let p = self.b.ins().band_imm_u(p, 0xffff);
         if maybe_best {
@@ -983,6 +989,10 @@ impl Gen<'_, '_> {
         } else {
             self.b.def_var(self.best_p, p);
             self.b.def_var(self.best_id, id);
+        }
+        if next_pot < 0 {
+            self.ret_best();
+            return;
         }
         // Done if this leaf beats everything still to explore.
         let done = self.b.create_block();
