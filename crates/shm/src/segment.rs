@@ -1,0 +1,402 @@
+//! The communication segment: a sealed memfd mapped by both sides.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use crate::desc::{Desc, DescError};
+use crate::event::{EventPair, Notifier, Sleeper};
+use crate::layout::{
+    HeaderFields, Layout, RingHead, RingId, SegmentConfig, SegmentError, SegmentHeader, HEADER_SIZE,
+};
+use crate::ring::{Consumer, DescSlot, InlineSlot, Producer, RingPtrs};
+use crate::wake::WakeWord;
+
+/// One `mmap` of a segment's memfd. Invariant: `base` is the start of a
+/// shared read-write mapping of `len` bytes that lives as long as this value.
+struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is process-wide; the memory in it is only accessed
+// through atomics or raw copies, never through references to plain data.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(fd: OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping chosen by the kernel; it aliases no
+        // Rust object. MAP_POPULATE pre-faults it, off the fast path.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mapping { base, len, fd })
+    }
+
+    /// A pointer to byte `offset` of the mapping, typed.
+    ///
+    /// # Safety
+    /// `offset + size_of::<T>()` must not exceed `len`, and `offset` must be
+    /// suitably aligned for `T` (the mapping is page-aligned).
+    unsafe fn at<T>(&self, offset: u64) -> NonNull<T> {
+        debug_assert!(offset as usize + std::mem::size_of::<T>() <= self.len);
+        // SAFETY: in bounds by the caller's promise.
+        unsafe { self.base.add(offset as usize).cast() }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping this value owns; everything
+        // pointing into it holds an `Arc` to it, so nothing is left.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// A communication segment, mapped: the header page, the four rings and
+/// the frame buffers (see [`Layout`]).
+///
+/// The multiplexer [`create`](Self::create)s it and passes [`fd`](Self::fd)
+/// to the application, which [`open`](Self::open)s it; then each turns its
+/// mapping into its side's endpoint ([`into_app`](Self::into_app),
+/// [`into_mux`](Self::into_mux)). In-process use, without a multiplexer
+/// process, takes both sides of one mapping with [`split`](Self::split).
+pub struct Segment {
+    map: Arc<Mapping>,
+    layout: Layout,
+}
+
+/// Whose wake-up word.
+enum Side {
+    App,
+    Mux,
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+impl Segment {
+    /// Creates a segment (owner side): a memfd of the layout's size, sealed
+    /// so that its size can never change (the peer relies on that: a shrunk
+    /// file would fault its accesses), mapped, with the header written.
+    pub fn create(config: &SegmentConfig) -> Result<Segment, SegmentError> {
+        let layout = Layout::new(config)?;
+        // SAFETY: the name is a NUL-terminated literal; a non-negative
+        // result is a new descriptor that we own.
+        let fd = cvt(unsafe {
+            libc::memfd_create(
+                c"exonet-segment".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        })?;
+        // SAFETY: `fd` is fresh and owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscalls on our own descriptor.
+        unsafe {
+            cvt(libc::ftruncate(
+                fd.as_raw_fd(),
+                layout.segment_size() as libc::off_t,
+            ))?;
+            cvt(libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            ))?;
+        }
+        let map = Mapping::new(fd, layout.segment_size() as usize)?;
+        let h = layout.header_fields();
+        // SAFETY: the header fits in the first page of the fresh mapping,
+        // which is zero (so rings and wake words start out empty). Nobody
+        // else has the fd yet, so plain writes race with nothing.
+        unsafe {
+            let hdr = map.at::<SegmentHeader>(0).as_ptr();
+            ptr::addr_of_mut!((*hdr).magic).write(h.magic);
+            ptr::addr_of_mut!((*hdr).version).write(h.version);
+            ptr::addr_of_mut!((*hdr).header_size).write(h.header_size);
+            ptr::addr_of_mut!((*hdr).segment_size).write(h.segment_size);
+            ptr::addr_of_mut!((*hdr).frames_offset).write(h.frames_offset);
+            ptr::addr_of_mut!((*hdr).frame_size).write(h.frame_size);
+            ptr::addr_of_mut!((*hdr).frame_count).write(h.frame_count);
+            ptr::addr_of_mut!((*hdr).rings).write(h.rings);
+        }
+        Ok(Segment {
+            map: Arc::new(map),
+            layout,
+        })
+    }
+
+    /// Maps a segment received from the other side (peer side), trusting
+    /// nothing in it: the file must be sealed against shrinking, its size
+    /// must be the header's, and the header must describe exactly the
+    /// layout its sizes imply. Any other header is an error.
+    pub fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
+        // SAFETY: F_GET_SEALS on a descriptor we own; no pointers.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(SegmentError::NotSealed);
+        }
+        // SAFETY: fstat writes into a zeroed local struct.
+        let st = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            cvt(libc::fstat(fd.as_raw_fd(), &mut st))?;
+            st
+        };
+        let file_size = st.st_size as u64;
+        // Anything larger is refused by the layout check anyway; do not
+        // map it first.
+        if file_size < HEADER_SIZE as u64 || file_size > 1 << 32 {
+            return Err(SegmentError::Size {
+                file: file_size,
+                header: 0,
+            });
+        }
+        let map = Mapping::new(fd, file_size as usize)?;
+        // SAFETY: the header lies in the first page, inside the mapping.
+        // Volatile reads, each field once, because the peer may be writing
+        // them; the copy is what gets validated and used.
+        let h = unsafe {
+            let hdr = map.at::<SegmentHeader>(0).as_ptr();
+            HeaderFields {
+                magic: ptr::addr_of!((*hdr).magic).read_volatile(),
+                version: ptr::addr_of!((*hdr).version).read_volatile(),
+                header_size: ptr::addr_of!((*hdr).header_size).read_volatile(),
+                segment_size: ptr::addr_of!((*hdr).segment_size).read_volatile(),
+                frames_offset: ptr::addr_of!((*hdr).frames_offset).read_volatile(),
+                frame_size: ptr::addr_of!((*hdr).frame_size).read_volatile(),
+                frame_count: ptr::addr_of!((*hdr).frame_count).read_volatile(),
+                rings: ptr::addr_of!((*hdr).rings).read_volatile(),
+            }
+        };
+        let layout = Layout::from_header(&h, file_size)?;
+        Ok(Segment {
+            map: Arc::new(map),
+            layout,
+        })
+    }
+
+    /// The memfd, to pass to the other side (SCM_RIGHTS).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.map.fd.as_fd()
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The application's side: produces free and tx, consumes rx and
+    /// completion, sleeps on `events.app`, kicks `events.mux`.
+    pub fn into_app(self, events: EventPair) -> AppEndpoint {
+        // SAFETY: the wake words live in the header as long as the mapping
+        // each handle keeps.
+        let (wake, kick) = unsafe {
+            (
+                Sleeper::new(self.wake_word(Side::App), self.map.clone(), events.app),
+                Notifier::new(self.wake_word(Side::Mux), self.map.clone(), events.mux),
+            )
+        };
+        AppEndpoint {
+            free: self.producer(RingId::Free),
+            rx: self.consumer(RingId::Rx),
+            tx: self.producer(RingId::Tx),
+            completion: self.consumer(RingId::Completion),
+            frames: self.frames(),
+            wake,
+            kick,
+        }
+    }
+
+    /// The multiplexer's side: consumes free and tx, produces rx and
+    /// completion, sleeps on `events.mux`, signals `events.app`.
+    pub fn into_mux(self, events: EventPair) -> MuxEndpoint {
+        // SAFETY: as in `into_app`.
+        let (wake, upcall) = unsafe {
+            (
+                Sleeper::new(self.wake_word(Side::Mux), self.map.clone(), events.mux),
+                Notifier::new(self.wake_word(Side::App), self.map.clone(), events.app),
+            )
+        };
+        MuxEndpoint {
+            free: self.consumer(RingId::Free),
+            rx: self.producer(RingId::Rx),
+            tx: self.consumer(RingId::Tx),
+            completion: self.producer(RingId::Completion),
+            frames: self.frames(),
+            wake,
+            upcall,
+        }
+    }
+
+    /// Both sides of one mapping, with a fresh pair of eventfds: an
+    /// endpoint served in-process.
+    pub fn split(self) -> io::Result<(AppEndpoint, MuxEndpoint)> {
+        let events = EventPair::new()?;
+        let mux_events = events.try_clone()?;
+        let other = Segment {
+            map: self.map.clone(),
+            layout: self.layout,
+        };
+        Ok((self.into_app(events), other.into_mux(mux_events)))
+    }
+
+    fn wake_word(&self, side: Side) -> NonNull<WakeWord> {
+        let offset = match side {
+            Side::App => std::mem::offset_of!(SegmentHeader, app_wake),
+            Side::Mux => std::mem::offset_of!(SegmentHeader, mux_wake),
+        };
+        // SAFETY: a field of the header, in the first page of the mapping.
+        unsafe { self.map.at(offset as u64) }
+    }
+
+    fn ring_ptrs(&self, id: RingId) -> RingPtrs {
+        let info = self.layout.ring(id);
+        // SAFETY: `Layout` places the ring's head, descriptors and inline
+        // slots inside the segment, 64-byte aligned, and the mapping has the
+        // layout's size.
+        unsafe {
+            let head = self.map.at::<RingHead>(info.offset).as_ptr();
+            RingPtrs {
+                producer: NonNull::from(&(*head).producer.value),
+                consumer: NonNull::from(&(*head).consumer.value),
+                descs: self
+                    .map
+                    .at::<DescSlot>(info.offset + crate::layout::RING_DESCS_OFFSET),
+                inline: (info.inline_size > 0)
+                    .then(|| self.map.at::<InlineSlot>(info.inline_offset())),
+                mask: info.entries - 1,
+            }
+        }
+    }
+
+    fn producer(&self, id: RingId) -> Producer {
+        // SAFETY: `ring_ptrs` points into the mapping that the `Arc` keeps.
+        unsafe { Producer::new(self.ring_ptrs(id), self.map.clone()) }
+    }
+
+    fn consumer(&self, id: RingId) -> Consumer {
+        // SAFETY: as in `producer`.
+        unsafe { Consumer::new(self.ring_ptrs(id), self.map.clone()) }
+    }
+
+    fn frames(&self) -> Frames {
+        Frames {
+            map: self.map.clone(),
+            layout: self.layout,
+        }
+    }
+}
+
+/// The frame buffers of a segment, with the layout to check offsets
+/// against. Copies in and out are bounds-checked; the bytes themselves are
+/// whatever the other side left there.
+#[derive(Clone)]
+pub struct Frames {
+    map: Arc<Mapping>,
+    layout: Layout,
+}
+
+impl Frames {
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// A pointer to `len` bytes at `offset`, which must lie in one frame
+    /// buffer: for building or reading a frame in place. Using it is up to
+    /// the caller: the other side can write the same bytes at any time.
+    pub fn frame_ptr(&self, offset: u32, len: u32) -> Result<NonNull<u8>, DescError> {
+        self.layout.check_range(offset, len)?;
+        // SAFETY: `check_range` put the bytes inside the frame area, which
+        // is inside the mapping.
+        Ok(unsafe { self.map.at::<u8>(offset as u64) })
+    }
+
+    /// Copies `data` to `offset`; all of it must land in one frame buffer.
+    pub fn write(&self, offset: u32, data: &[u8]) -> Result<(), DescError> {
+        let len = u32::try_from(data.len()).map_err(|_| DescError::TooLong {
+            offset,
+            len: u32::MAX,
+        })?;
+        let dst = self.frame_ptr(offset, len)?;
+        // SAFETY: `frame_ptr` checked the destination range; it cannot
+        // overlap `data`, which is private memory. A raw copy creates no
+        // reference to shared memory.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+        Ok(())
+    }
+
+    /// Validates a frame descriptor (it must not be inline: inline bytes are
+    /// read from the ring) and copies its bytes, at most `out.len()` of them,
+    /// into `out`; returns how many it copied. Copying out first is what the
+    /// multiplexer does before checking a frame, so that the application
+    /// cannot change it after the check.
+    pub fn read(&self, desc: Desc, out: &mut [u8]) -> Result<usize, DescError> {
+        self.layout.validate_frame(desc)?;
+        if desc.is_inline() {
+            return Err(DescError::Inline);
+        }
+        let n = (desc.len as usize).min(out.len());
+        let src = self.frame_ptr(desc.offset, n as u32)?;
+        // SAFETY: as in `write`, the other way round; torn bytes from a
+        // peer writing concurrently are just untrusted data.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), n) };
+        Ok(n)
+    }
+}
+
+/// The application's side of an endpoint.
+pub struct AppEndpoint {
+    /// Empty buffers for the multiplexer to receive into.
+    pub free: Producer,
+    /// Received frames.
+    pub rx: Consumer,
+    /// Frames to send.
+    pub tx: Producer,
+    /// Buffers of sent frames, given back.
+    pub completion: Consumer,
+    pub frames: Frames,
+    /// Sleep until rx or completion has work; upcall control.
+    pub wake: Sleeper,
+    /// Wake the multiplexer (only if it sleeps), after each batch that
+    /// moved an index: tx or free pushed, rx or completion released.
+    pub kick: Notifier,
+}
+
+/// The multiplexer's side of an endpoint.
+pub struct MuxEndpoint {
+    /// Buffers the application gave for receiving (untrusted offsets).
+    pub free: Consumer,
+    /// Received frames, for the application.
+    pub rx: Producer,
+    /// Frames the application wants sent (untrusted descriptors).
+    pub tx: Consumer,
+    /// Sent buffers, back to the application.
+    pub completion: Producer,
+    pub frames: Frames,
+    /// Sleep until tx or free has work.
+    pub wake: Sleeper,
+    /// Wake the application, after each batch that moved an index: rx
+    /// pushed ([`Notifier::notify_rx`], which also checks "almost full"),
+    /// completion pushed or tx released ([`Notifier::notify_if_sleeping`]).
+    pub upcall: Notifier,
+}

@@ -1,0 +1,128 @@
+//! The wake-up word: how each side tells the other, in shared memory,
+//! whether it must be woken (Expert's PCSR, AF_XDP's need_wakeup, U-Net's
+//! upcall conditions).
+//!
+//! The protocol, with the sleeper consuming a ring the waker produces:
+//!
+//! ```text
+//! sleeper                                 waker
+//! flags |= SLEEPING                       publish entries (release store)
+//! fence(SeqCst)                           fence(SeqCst)
+//! if ring non-empty: clear, return        if flags & SLEEPING: write eventfd
+//! block on eventfd (with timeout)
+//! flags &= !SLEEPING
+//! ```
+//!
+//! Each side stores, fences, then loads what the other stored; the two
+//! SeqCst fences are totally ordered, so whichever comes second sees the
+//! other's store: either the sleeper sees the entries and does not block, or
+//! the waker sees `SLEEPING` and writes the eventfd. No wake-up is lost, and
+//! in the busy case nobody makes a system call.
+//!
+//! "Work" is anything the sleeper may be waiting for, so the waker is
+//! whoever just moved an index: a producer that published entries, and also
+//! a consumer that released them (the sleeper may be waiting for ring room,
+//! or, on the application's side, for tx buffers that come back on
+//! completion). Each side calls the notifier once per batch after moving
+//! any index, which costs a fence and a load while the other side is awake.
+
+use crate::sync::{fence, AtomicU32, Ordering};
+
+/// One side's wake-up word, on a cache line of its own in the segment
+/// header (`struct exonet_wake` in C). Written by the side it belongs to,
+/// read by the other; as everything in shared memory it is only a hint to
+/// the reader: a wrong value costs a spurious or a missed wake-up of the
+/// side that wrote it, nothing else.
+#[repr(C, align(64))]
+pub struct WakeWord {
+    /// [`WakeWord::SLEEPING`], [`WakeWord::UPCALLS_OFF`],
+    /// [`WakeWord::ALMOST_FULL`].
+    pub flags: AtomicU32,
+    /// The rx "almost full" threshold, in entries (U-Net's second upcall
+    /// condition), when [`WakeWord::ALMOST_FULL`] is set.
+    pub almost_full: AtomicU32,
+}
+
+impl WakeWord {
+    /// A thread of this side is blocked, or about to block, on its eventfd:
+    /// signal it after giving it work (U-Net's "receive queue non-empty"
+    /// upcall; the multiplexer's flag is Expert's "transmit scan not
+    /// running").
+    pub const SLEEPING: u32 = 1 << 0;
+    /// Upcalls are switched off: never signal this side. Lets an application
+    /// make code atomic with respect to upcalls at the cost of two stores.
+    pub const UPCALLS_OFF: u32 = 1 << 1;
+    /// Signal this side when its rx ring fills up to `almost_full` entries,
+    /// sleeping or not (U-Net's "receive queue almost full" upcall).
+    pub const ALMOST_FULL: u32 = 1 << 2;
+
+    /// Sleeper, before the re-check: announce the sleep, then fence.
+    pub(crate) fn announce_sleep(&self) {
+        self.flags.fetch_or(Self::SLEEPING, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Sleeper, when awake again.
+    pub(crate) fn end_sleep(&self) {
+        self.flags.fetch_and(!Self::SLEEPING, Ordering::Relaxed);
+    }
+
+    /// Waker, after publishing work: must the owner of this word be
+    /// signalled because it sleeps?
+    pub(crate) fn wants_wakeup(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF) == Self::SLEEPING
+    }
+
+    /// Waker, after publishing rx entries: must the owner be signalled,
+    /// because it sleeps or because its rx ring just crossed the almost-full
+    /// threshold? `outstanding` counts the rx entries not yet consumed; it is
+    /// only asked for when the threshold is armed. `above` is the waker's
+    /// private memory of the last crossing, so that a ring that stays full
+    /// is signalled once, not on every batch.
+    pub(crate) fn wants_rx_upcall(
+        &self,
+        outstanding: impl FnOnce() -> u32,
+        above: &mut bool,
+    ) -> bool {
+        fence(Ordering::SeqCst);
+        let flags = self.flags.load(Ordering::Relaxed);
+        if flags & Self::UPCALLS_OFF != 0 {
+            return false;
+        }
+        let mut crossed = false;
+        if flags & Self::ALMOST_FULL != 0 {
+            let now_above = outstanding() >= self.almost_full.load(Ordering::Relaxed);
+            crossed = now_above && !*above;
+            *above = now_above;
+        }
+        crossed || flags & Self::SLEEPING != 0
+    }
+
+    /// Switches upcalls on (then fences) or off. Returns whether, after
+    /// switching them on, a thread of this side is asleep: the caller must
+    /// then re-check its rings and signal its own eventfd if they have work,
+    /// since the waker skipped any signal while upcalls were off.
+    pub(crate) fn set_upcalls(&self, on: bool) -> bool {
+        if !on {
+            self.flags.fetch_or(Self::UPCALLS_OFF, Ordering::Relaxed);
+            return false;
+        }
+        self.flags.fetch_and(!Self::UPCALLS_OFF, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.flags.load(Ordering::Relaxed) & Self::SLEEPING != 0
+    }
+
+    /// Arms (`Some(threshold)`) or disarms the almost-full upcall.
+    pub(crate) fn set_almost_full(&self, threshold: Option<u32>) {
+        match threshold {
+            Some(t) => {
+                self.almost_full.store(t, Ordering::Relaxed);
+                self.flags.fetch_or(Self::ALMOST_FULL, Ordering::Relaxed);
+            }
+            None => {
+                self.flags.fetch_and(!Self::ALMOST_FULL, Ordering::Relaxed);
+            }
+        }
+    }
+}

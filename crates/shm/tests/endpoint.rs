@@ -1,0 +1,500 @@
+//! The segment, rings, frames and wake-ups, one side at a time.
+#![cfg(not(loom))]
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use exonet_shm::*;
+
+fn small() -> SegmentConfig {
+    SegmentConfig {
+        frame_size: 2048,
+        frame_count: 16,
+        ring_entries: [8, 8, 8, 8],
+    }
+}
+
+/// Application and multiplexer on two mappings of one memfd, as across
+/// processes.
+fn pair(config: &SegmentConfig) -> (AppEndpoint, MuxEndpoint) {
+    let seg = Segment::create(config).unwrap();
+    let peer = Segment::open(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    assert_eq!(peer.layout(), seg.layout());
+    let events = EventPair::new().unwrap();
+    let mux_events = events.try_clone().unwrap();
+    (peer.into_app(events), seg.into_mux(mux_events))
+}
+
+#[test]
+fn layout_of_the_default_segment() {
+    let l = Layout::new(&SegmentConfig::default()).unwrap();
+    assert_eq!(l.ring(RingId::Free).offset, 4096);
+    for id in RingId::ALL {
+        let r = l.ring(id);
+        assert_eq!(r.offset % 4096, 0);
+        assert_eq!(r.entries, 1024);
+        assert_eq!(r.inline_size, if id.carries_frames() { 128 } else { 0 });
+    }
+    // free: 128 + 16 KiB -> 5 pages; rx: 128 + 16 KiB + 128 KiB -> 37 pages.
+    assert_eq!(l.ring(RingId::Rx).offset, 4096 + 5 * 4096);
+    assert_eq!(l.ring(RingId::Tx).offset, 4096 + (5 + 37) * 4096);
+    assert_eq!(
+        l.ring(RingId::Completion).offset,
+        4096 + (5 + 37 + 37) * 4096
+    );
+    assert_eq!(l.frames_offset(), 4096 + (5 + 37 + 37 + 5) * 4096);
+    assert_eq!(l.segment_size(), l.frames_offset() + 2048 * 2048);
+    assert_eq!(l.buffers().count(), 2048);
+    assert_eq!(l.config(), SegmentConfig::default());
+}
+
+#[test]
+fn buffers_are_aligned_to_their_size() {
+    for frame_size in [128, 2048, 8192, 65536] {
+        let l = Layout::new(&SegmentConfig {
+            frame_size,
+            frame_count: 3,
+            ring_entries: [16; 4],
+        })
+        .unwrap();
+        assert_eq!(l.frames_offset() % frame_size.max(4096) as u64, 0);
+        for b in l.buffers() {
+            assert_eq!(b % frame_size, 0);
+            assert_eq!(l.buffer_of(b + frame_size - 1), Some(b));
+            assert_eq!(l.validate_buffer(Desc::buffer(b, 0, 0)), Ok(()));
+        }
+        assert_eq!(l.segment_size() % 4096, 0);
+        assert!(l.segment_size() >= l.frames_offset() + 3 * frame_size as u64);
+    }
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let bad = |f: fn(&mut SegmentConfig)| {
+        let mut c = small();
+        f(&mut c);
+        Layout::new(&c).unwrap_err()
+    };
+    assert_eq!(bad(|c| c.frame_size = 1000), ConfigError::FrameSize(1000));
+    assert_eq!(bad(|c| c.frame_size = 64), ConfigError::FrameSize(64));
+    assert_eq!(
+        bad(|c| c.frame_size = 1 << 17),
+        ConfigError::FrameSize(1 << 17)
+    );
+    assert_eq!(bad(|c| c.frame_count = 0), ConfigError::FrameCount(0));
+    assert_eq!(
+        bad(|c| c.ring_entries[2] = 6),
+        ConfigError::RingEntries {
+            ring: RingId::Tx,
+            entries: 6
+        }
+    );
+    assert_eq!(
+        bad(|c| c.ring_entries[0] = 2),
+        ConfigError::RingEntries {
+            ring: RingId::Free,
+            entries: 2
+        }
+    );
+    assert!(matches!(
+        bad(|c| {
+            c.frame_size = 65536;
+            c.frame_count = 1 << 16;
+        }),
+        ConfigError::TooLarge { .. }
+    ));
+    assert!(matches!(
+        Segment::create(&SegmentConfig {
+            frame_count: 0,
+            ..small()
+        }),
+        Err(SegmentError::Config(_))
+    ));
+}
+
+#[test]
+fn open_refuses_files_that_are_not_sealed_segments() {
+    let tmp = std::env::temp_dir().join(format!("exonet-shm-test-{}", std::process::id()));
+    let f = File::create(&tmp).unwrap();
+    f.set_len(1 << 20).unwrap();
+    std::fs::remove_file(&tmp).unwrap();
+    assert!(matches!(
+        Segment::open(OwnedFd::from(f)),
+        Err(SegmentError::NotSealed)
+    ));
+}
+
+#[test]
+fn open_checks_the_header() {
+    let seg = Segment::create(&small()).unwrap();
+    let file = File::from(seg.fd().try_clone_to_owned().unwrap());
+    let open = || Segment::open(seg.fd().try_clone_to_owned().unwrap());
+    file.write_at(&0u64.to_le_bytes(), 0).unwrap();
+    assert!(matches!(open(), Err(SegmentError::BadMagic(0))));
+    file.write_at(&SEGMENT_MAGIC.to_le_bytes(), 0).unwrap();
+    file.write_at(&2u32.to_le_bytes(), 8).unwrap();
+    assert!(matches!(open(), Err(SegmentError::BadVersion(2))));
+    file.write_at(&1u32.to_le_bytes(), 8).unwrap();
+    // A frame count that would reach past the end of the file.
+    file.write_at(&17u32.to_le_bytes(), 36).unwrap();
+    assert!(matches!(
+        open(),
+        Err(SegmentError::Field {
+            field: "segment_size",
+            ..
+        })
+    ));
+    file.write_at(&16u32.to_le_bytes(), 36).unwrap();
+    // A ring moved onto the frames.
+    let rx_offset = std::mem::offset_of!(SegmentHeader, rings) as u64 + 16;
+    let frames = seg.layout().frames_offset();
+    file.write_at(&frames.to_le_bytes(), rx_offset).unwrap();
+    assert!(matches!(
+        open(),
+        Err(SegmentError::Field {
+            field: "ring offset",
+            ..
+        })
+    ));
+    file.write_at(
+        &seg.layout().ring(RingId::Rx).offset.to_le_bytes(),
+        rx_offset,
+    )
+    .unwrap();
+    assert!(open().is_ok());
+}
+
+#[test]
+fn descriptors_are_validated() {
+    let l = Layout::new(&small()).unwrap();
+    let f = l.frames_offset() as u32;
+    let ok = |d: Desc| l.validate_frame(d);
+    assert_eq!(ok(Desc::buffer(f, 2048, 1)), Ok(()));
+    assert_eq!(ok(Desc::buffer(f + 15 * 2048 + 100, 1948, 1)), Ok(()));
+    assert_eq!(
+        ok(Desc::buffer(f + 100, 1949, 1)),
+        Err(DescError::TooLong {
+            offset: f + 100,
+            len: 1949
+        })
+    );
+    assert_eq!(
+        ok(Desc::buffer(f - 1, 1, 1)),
+        Err(DescError::OutOfRange { offset: f - 1 })
+    );
+    assert_eq!(
+        ok(Desc::buffer(f + 16 * 2048, 0, 1)),
+        Err(DescError::OutOfRange {
+            offset: f + 16 * 2048
+        })
+    );
+    assert_eq!(
+        ok(Desc::buffer(u32::MAX, u32::MAX, 1)),
+        Err(DescError::OutOfRange { offset: u32::MAX })
+    );
+    assert_eq!(
+        ok(Desc::buffer(f, u32::MAX, 1)),
+        Err(DescError::TooLong {
+            offset: f,
+            len: u32::MAX
+        })
+    );
+    let inline = |len, flags| Desc {
+        offset: 0xdead_beef,
+        len,
+        channel: 0,
+        flags,
+    };
+    assert_eq!(ok(inline(128, Desc::INLINE)), Ok(()));
+    assert_eq!(
+        ok(inline(129, Desc::INLINE)),
+        Err(DescError::InlineTooLong { len: 129 })
+    );
+    assert_eq!(
+        ok(inline(1, 0x10)),
+        Err(DescError::UnknownFlags { flags: 0x10 })
+    );
+
+    assert_eq!(l.validate_buffer(Desc::buffer(f + 2048, 7, 0)), Ok(()));
+    assert_eq!(
+        l.validate_buffer(Desc::buffer(f + 2049, 0, 0)),
+        Err(DescError::Misaligned { offset: f + 2049 })
+    );
+    assert_eq!(
+        l.validate_buffer(inline(0, Desc::INLINE)),
+        Err(DescError::Inline)
+    );
+    assert_eq!(l.buffer_of(f + 2049), Some(f + 2048));
+    assert_eq!(l.buffer_of(f - 1), None);
+}
+
+#[test]
+fn frames_are_copied_in_bounds() {
+    let (app, mux) = pair(&small());
+    let f = mux.frames.layout().frames_offset() as u32;
+    mux.frames.write(f + 2048 + 10, b"hello").unwrap();
+    let mut out = [0u8; 16];
+    assert_eq!(
+        app.frames.read(Desc::buffer(f + 2048 + 10, 5, 0), &mut out),
+        Ok(5)
+    );
+    assert_eq!(&out[..5], b"hello");
+    // Short output buffer: copies what fits.
+    assert_eq!(
+        app.frames
+            .read(Desc::buffer(f + 2048 + 10, 5, 0), &mut out[..2]),
+        Ok(2)
+    );
+    assert_eq!(
+        mux.frames.write(f + 2040, &[0; 9]),
+        Err(DescError::TooLong {
+            offset: f + 2040,
+            len: 9
+        })
+    );
+    assert_eq!(
+        mux.frames.write(0, b"x"),
+        Err(DescError::OutOfRange { offset: 0 })
+    );
+    assert_eq!(
+        app.frames.read(
+            Desc {
+                flags: Desc::INLINE,
+                ..Desc::default()
+            },
+            &mut out
+        ),
+        Err(DescError::Inline)
+    );
+    assert!(app.frames.frame_ptr(f, 2048).is_ok());
+}
+
+#[test]
+fn rings_carry_descriptors_between_mappings() {
+    let (mut app, mut mux) = pair(&small());
+    let bufs: Vec<u32> = app.frames.layout().buffers().collect();
+    // Batch: 8 of 16 fit.
+    assert_eq!(app.free.reserve(16).unwrap(), 8);
+    for (i, &b) in bufs[..8].iter().enumerate() {
+        app.free.write(i as u32, Desc::buffer(b, 0, 0));
+    }
+    app.free.submit(8);
+    assert!(!app.free.push(Desc::buffer(bufs[8], 0, 0)).unwrap(), "full");
+    assert_eq!(mux.free.peek(3).unwrap(), 3);
+    assert_eq!(mux.free.read(2), Desc::buffer(bufs[2], 0, 0));
+    mux.free.release(2);
+    assert_eq!(app.free.reserve(4).unwrap(), 2, "two given back");
+    app.free.submit(0);
+    assert_eq!(mux.free.pop().unwrap(), Some(Desc::buffer(bufs[2], 0, 0)));
+    assert_eq!(mux.free.peek(100).unwrap(), 5);
+    mux.free.release(5);
+    assert_eq!(mux.free.pop().unwrap(), None);
+    assert!(!mux.free.has_pending());
+
+    // Inline frames on rx; none on free.
+    assert_eq!(mux.rx.push_inline(3, &[1, 2, 3]), Ok(true));
+    assert_eq!(
+        mux.rx.push_inline(3, &[0; 129]),
+        Err(RingError::InlineTooLong { len: 129 })
+    );
+    assert_eq!(app.free.push_inline(3, &[1]), Err(RingError::NoInlineSlots));
+    assert!(mux.rx.has_inline() && !mux.completion.has_inline());
+    assert!(app.rx.has_pending());
+    let mut buf = [0u8; INLINE_MAX];
+    let d = app.rx.pop_frame(&mut buf).unwrap().unwrap();
+    assert_eq!(
+        d,
+        Desc {
+            offset: 0,
+            len: 3,
+            channel: 3,
+            flags: Desc::INLINE
+        }
+    );
+    assert_eq!(&buf[..3], &[1, 2, 3]);
+
+    // Wrap the free-running indices many times round an 8-entry ring.
+    for i in 0..100u32 {
+        let data: Vec<u8> = (0..(i % 129) as u8).collect();
+        assert_eq!(mux.rx.reserve(2).unwrap(), 2);
+        mux.rx.write_inline(0, i, &data).unwrap();
+        mux.rx.write(1, Desc::buffer(bufs[0], i, i));
+        mux.rx.submit(2);
+        assert_eq!(mux.rx.outstanding(), 2);
+        assert_eq!(app.rx.peek(2).unwrap(), 2);
+        let d = app.rx.read(0);
+        assert_eq!(app.rx.read_inline(0, &d, &mut buf), data.len());
+        assert_eq!(&buf[..data.len()], &data[..]);
+        assert_eq!(app.rx.read(1), Desc::buffer(bufs[0], i, i));
+        app.rx.release(2);
+    }
+    assert_eq!(mux.rx.outstanding(), 0);
+}
+
+#[test]
+fn sleep_returns_at_once_when_work_is_there() {
+    let (app, mut mux) = pair(&small());
+    mux.rx.push_inline(0, b"x").unwrap();
+    let t = Instant::now();
+    let w = app
+        .wake
+        .sleep(Some(Duration::from_secs(5)), || app.rx.has_pending())
+        .unwrap();
+    assert_eq!(w, Wakeup::Ready);
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn sleep_times_out_without_work() {
+    let (app, _mux) = pair(&small());
+    let w = app
+        .wake
+        .sleep(Some(Duration::from_millis(20)), || false)
+        .unwrap();
+    assert_eq!(w, Wakeup::TimedOut);
+}
+
+/// Application and multiplexer as [`pair`], and a way to read the
+/// application's wake-up flags from outside.
+fn pair_with_file(config: &SegmentConfig) -> (AppEndpoint, MuxEndpoint, File) {
+    let seg = Segment::create(config).unwrap();
+    let file = File::from(seg.fd().try_clone_to_owned().unwrap());
+    let peer = Segment::open(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    let events = EventPair::new().unwrap();
+    let mux_events = events.try_clone().unwrap();
+    (peer.into_app(events), seg.into_mux(mux_events), file)
+}
+
+/// Waits until the application's wake-up word says it sleeps.
+fn until_app_sleeps(file: &File) {
+    let at = std::mem::offset_of!(SegmentHeader, app_wake) as u64;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut flags = [0u8; 4];
+        file.read_exact_at(&mut flags, at).unwrap();
+        if u32::from_ne_bytes(flags) & WakeWord::SLEEPING != 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the application never slept");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn notify_only_when_sleeping() {
+    let (mut app, mut mux, file) = pair_with_file(&small());
+    // Nobody sleeps: no system call, no signal.
+    assert!(!mux.upcall.notify_if_sleeping().unwrap());
+    assert!(!app.kick.notify_if_sleeping().unwrap());
+    mux.rx.push_inline(0, b"x").unwrap();
+    assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
+    let mut buf = [0; INLINE_MAX];
+    assert!(app.rx.pop_frame(&mut buf).unwrap().is_some());
+
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            let w = app
+                .wake
+                .sleep(Some(Duration::from_secs(10)), || app.rx.has_pending())
+                .unwrap();
+            (w, app.rx.pop_frame(&mut buf).unwrap())
+        });
+        until_app_sleeps(&file);
+        mux.rx.push_inline(0, b"y").unwrap();
+        assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
+        let (w, d) = sleeper.join().unwrap();
+        assert_eq!(w, Wakeup::Signaled);
+        assert_eq!(d.map(|d| d.len), Some(1));
+    });
+    // Awake again: the flag is cleared.
+    mux.rx.push_inline(0, b"z").unwrap();
+    assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
+}
+
+#[test]
+fn upcalls_off_suppress_signals_and_on_catches_up() {
+    let (app, mut mux, file) = pair_with_file(&small());
+    app.wake.set_upcalls(false, || false).unwrap();
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            app.wake
+                .sleep(Some(Duration::from_secs(10)), || false)
+                .unwrap()
+        });
+        until_app_sleeps(&file);
+        // The word says SLEEPING|UPCALLS_OFF: never signalled.
+        mux.rx.push_inline(0, b"x").unwrap();
+        assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
+        assert!(!mux.upcall.notify_if_sleeping().unwrap());
+        // Switching upcalls on finds the pending frame and wakes the
+        // sleeping thread itself.
+        app.wake.set_upcalls(true, || app.rx.has_pending()).unwrap();
+        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
+    });
+}
+
+#[test]
+fn almost_full_upcall_fires_once_per_crossing() {
+    let (mut app, mut mux) = pair(&small());
+    app.wake.set_almost_full(Some(6));
+    let mut fired = vec![];
+    for _ in 0..8 {
+        mux.rx.push_inline(0, b"x").unwrap();
+        fired.push(mux.upcall.notify_rx(&mux.rx).unwrap());
+    }
+    assert_eq!(
+        fired,
+        [false, false, false, false, false, true, false, false]
+    );
+    // Drain below the threshold and fill again: fires again.
+    let mut buf = [0; INLINE_MAX];
+    for _ in 0..4 {
+        app.rx.pop_frame(&mut buf).unwrap().unwrap();
+    }
+    mux.rx.push_inline(0, b"x").unwrap();
+    assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
+    mux.rx.push_inline(0, b"x").unwrap();
+    assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
+    // The signal is on the application's eventfd.
+    assert!(app.wake.event().wait(Some(Duration::ZERO)).unwrap());
+    app.wake.set_almost_full(None);
+    app.rx.pop_frame(&mut buf).unwrap().unwrap();
+    mux.rx.push_inline(0, b"x").unwrap();
+    assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
+}
+
+#[test]
+fn eventfds_pass_as_owned_fds() {
+    let e = EventFd::new().unwrap();
+    let other = EventFd::from(OwnedFd::from(e.try_clone().unwrap()));
+    other.signal().unwrap();
+    assert!(e.wait(Some(Duration::from_secs(1))).unwrap());
+    assert!(!e.wait(Some(Duration::ZERO)).unwrap(), "reset by the wait");
+    assert!(e.as_fd().try_clone_to_owned().is_ok());
+}
+
+#[test]
+fn in_process_split() {
+    let (mut app, mut mux) = Segment::create(&small()).unwrap().split().unwrap();
+    let b = app.frames.layout().buffers().next().unwrap();
+    app.free.push(Desc::buffer(b, 0, 0)).unwrap();
+    let got = mux.free.pop().unwrap().unwrap();
+    mux.frames.layout().validate_buffer(got).unwrap();
+    mux.frames.write(got.offset, b"frame").unwrap();
+    mux.rx.push(Desc::buffer(got.offset, 5, 9)).unwrap();
+    let d = app.rx.pop().unwrap().unwrap();
+    let mut out = [0; 5];
+    app.frames.read(d, &mut out).unwrap();
+    assert_eq!(&out, b"frame");
+}
+
+#[test]
+fn round_trip_helper_runs() {
+    for inline in [false, true] {
+        let t = bench::round_trip(60, inline, 1000).unwrap();
+        assert!(t > Duration::ZERO);
+    }
+    assert!(bench::round_trip(129, true, 10).is_err());
+}
