@@ -677,6 +677,25 @@ impl Gen<'_, '_> {
                 disj.field.width.bytes(),
             );
             self.stats.chains += 1;
+            if disj.keys.values().all(|&c| dpf.node(c).is_leaf()) {
+                // Leaves only: pick the leaf with selects, so that keys in
+                // any order cost no branch misprediction; one branch on
+                // whether any key matched.
+                let mut val = self.iconst(0);
+                for (&k, &c) in &disj.keys {
+                    let a = dpf.node(c).best_accept().expect("a leaf accepts");
+                    let is =
+                        self.b
+                            .ins()
+                            .icmp_imm_u(IntCC::Equal, key, raw_key(disj.field, k) as i64);
+                    let v = self.iconst(leaf_val(a) as i64);
+                    val = self.b.ins().select(is, v, val);
+                }
+                let hit = self.b.create_block();
+                self.b.ins().brif(val, hit, &[], next, &[]);
+                self.b.switch_to_block(hit);
+                return self.accept_val(val, next, next_pot, maybe_best);
+            }
             let mut sw = Switch::new();
             let mut targets = Vec::new();
             for (&k, &c) in &disj.keys {
@@ -975,14 +994,20 @@ impl Gen<'_, '_> {
             self.b.ins().jump(leaf_blk, &[]);
         }
         self.b.switch_to_block(leaf_blk);
-        let id = self.b.ins().band_imm_u(sval, 0xffff_ffff);
+        self.accept_val(sval, next, next_pot, maybe_best);
+    }
+
+    /// Accepts the leaf value `val` (id, priority) found at run time, then
+    /// returns if nothing left can beat it, else goes on at `next`.
+    fn accept_val(&mut self, val: Value, next: Block, next_pot: i32, maybe_best: bool) {
+        let id = self.b.ins().band_imm_u(val, 0xffff_ffff);
         if !maybe_best && next_pot < 0 {
             // Nothing was recorded and nothing is left: this leaf is it.
             self.b.def_var(self.best_id, id);
             self.ret_best();
             return;
         }
-        let p = self.b.ins().ushr_imm_u(sval, 32);
+        let p = self.b.ins().ushr_imm_u(val, 32);
         let p = self.b.ins().band_imm_u(p, 0xffff);
         if maybe_best {
             self.record(p, id);

@@ -325,3 +325,30 @@ fn flattened_disjunctions_agree_and_update_in_place() {
     interp.insert(&listen).unwrap();
     check(&jit, &interp);
 }
+
+/// Few keys (compare chains, branch-free for leaves) up to the hash tables,
+/// checked at every size, with priorities that differ per key.
+#[test]
+fn small_disjunctions_agree_at_every_size() {
+    let mut jit = Dpf::new();
+    let mut interp = Dpf::with_engine(Engine::Interp);
+    let frames: Vec<Vec<u8>> = (0..12u16).map(|p| tcp_frame(100 + p, 5)).collect();
+    for p in 0..10u32 {
+        let prio = Some((p % 3) as u16);
+        let f = [port_filter(100 + p)];
+        assert_eq!(jit.insert_with(&f, prio), interp.insert_with(&f, prio));
+        // A catch-all listener on the same path competes with each port.
+        if p == 3 {
+            let all = Filter::new()
+                .eq(12, Width::U16, 0x0800)
+                .eq(23, Width::U8, 6);
+            jit.insert_with(std::slice::from_ref(&all), Some(1))
+                .unwrap();
+            interp.insert_with(&[all], Some(1)).unwrap();
+        }
+        for f in &frames {
+            assert_eq!(jit.demux(f), interp.demux(f), "{} ports", p + 1);
+            assert_eq!(interp.demux(f), interp.brute_force(f));
+        }
+    }
+}
