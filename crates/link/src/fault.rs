@@ -416,25 +416,7 @@ impl<L: Link, C: Clock> Link for FaultInjector<L, C> {
         Ok(taken)
     }
 
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-
-    fn max_frame_len(&self) -> usize {
-        self.inner.max_frame_len()
-    }
-
-    fn mac(&self) -> [u8; 6] {
-        self.inner.mac()
-    }
-
-    fn as_raw_fd(&self) -> Option<RawFd> {
-        self.inner.as_raw_fd()
-    }
-
-    fn stats(&self) -> LinkStats {
-        self.inner.stats()
-    }
+    forward_to_inner!();
 
     fn poll_timeout(&self) -> Option<Duration> {
         let now = self.clock.now();

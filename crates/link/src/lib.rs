@@ -39,6 +39,28 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// What a wrapper link does not change, forwarded to its `inner` link.
+/// (Defined before the modules so that they can use it.)
+macro_rules! forward_to_inner {
+    () => {
+        fn mtu(&self) -> usize {
+            self.inner.mtu()
+        }
+        fn max_frame_len(&self) -> usize {
+            self.inner.max_frame_len()
+        }
+        fn mac(&self) -> [u8; 6] {
+            self.inner.mac()
+        }
+        fn as_raw_fd(&self) -> Option<RawFd> {
+            self.inner.as_raw_fd()
+        }
+        fn stats(&self) -> LinkStats {
+            self.inner.stats()
+        }
+    };
+}
+
 pub mod afpacket;
 pub mod afxdp;
 mod clock;
