@@ -18,10 +18,10 @@
 //!   [`CHAIN_MAX`] keys; above that a collision-free hash table in data,
 //!   so adding a leaf key never regenerates code.
 //!
-//! The function is a loop over a batch of frames,
-//! `fn(tables, frames, n, out)`, storing for each the winning filter id or
-//! -1; it explores the trie branch and bound like the interpreter (see
-//! [`crate::trie`]).
+//! Two functions are generated from the trie: one frame,
+//! `fn(tables, frame, len) -> id or -1`, and a loop over a batch,
+//! `fn(tables, frames, n, out)`; both explore the trie branch and bound like
+//! the interpreter (see [`crate::trie`]) and share the hash tables.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -41,7 +41,10 @@ use crate::trie::{Accept, Dpf, NodeId, CHAIN_MAX};
 use crate::FilterId;
 
 /// `fn(tables, frames, n, out)`: classifies `frames[..n]` into `out[..n]`.
-type DemuxFn = unsafe extern "C" fn(*const TableDesc, *const FrameRef, usize, *mut i64);
+type BatchFn = unsafe extern "C" fn(*const TableDesc, *const FrameRef, usize, *mut i64);
+
+/// `fn(tables, frame, len) -> id or -1`: one frame, no loop around it.
+type OneFn = unsafe extern "C" fn(*const TableDesc, *const u8, usize) -> i64;
 
 /// A frame as the generated code reads it.
 #[repr(C)]
@@ -78,7 +81,8 @@ struct Table {
 
 pub(crate) struct Compiled {
     module: Option<JITModule>,
-    func: DemuxFn,
+    one: OneFn,
+    batch: BatchFn,
     code_size: usize,
     tables: Vec<Table>,
     descs: Vec<TableDesc>,
@@ -107,15 +111,10 @@ impl Drop for Compiled {
 impl Compiled {
     #[inline]
     pub(crate) fn run(&self, frame: &[u8]) -> Option<FilterId> {
-        let f = FrameRef {
-            ptr: frame.as_ptr(),
-            len: frame.len(),
-        };
-        let mut r = -1i64;
         // SAFETY: the generated code reads `frame[..len]` only after a bounds
-        // check, the tables through `descs`, which stay valid while `self`
-        // is borrowed, and writes exactly one result.
-        unsafe { (self.func)(self.descs.as_ptr(), &f, 1, &mut r) };
+        // check, and the tables through `descs`, which stay valid while
+        // `self` is borrowed.
+        let r = unsafe { (self.one)(self.descs.as_ptr(), frame.as_ptr(), frame.len()) };
         (r >= 0).then_some(FilterId(r as u32))
     }
 
@@ -137,7 +136,7 @@ impl Compiled {
             let n = fs.len().min(os.len());
             // SAFETY: as in `run`, for the `n` frames of `refs` and results
             // of `res`, both at least `n` long.
-            unsafe { (self.func)(self.descs.as_ptr(), refs.as_ptr(), n, res.as_mut_ptr()) };
+            unsafe { (self.batch)(self.descs.as_ptr(), refs.as_ptr(), n, res.as_mut_ptr()) };
             for (o, &r) in os.iter_mut().zip(&res[..n]) {
                 *o = (r >= 0).then_some(FilterId(r as u32));
             }
@@ -237,9 +236,12 @@ enum Branch {
     Shift(usize),
 }
 
-struct Gen<'a, 'b> {
+struct Gen<'a, 'b, 'c> {
     dpf: &'a Dpf,
     b: FunctionBuilder<'b>,
+    /// The tables were built by an earlier pass over the same trie; this
+    /// pass reads them in the same order.
+    reuse: bool,
     frame: Value,
     len: Value,
     descs: Value,
@@ -247,8 +249,10 @@ struct Gen<'a, 'b> {
     best_id: Variable,
     /// Where a classified frame's result is stored.
     finish: Block,
-    tables: Vec<Table>,
-    table_of: HashMap<(NodeId, CField), usize>,
+    tables: &'c mut Vec<Table>,
+    table_of: &'c mut HashMap<(NodeId, CField), usize>,
+    /// With `reuse`, the index of the next table to read.
+    next_table: usize,
     stats: GenStats,
 }
 
@@ -269,6 +273,15 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap().with_readonly()
 }
 
+/// What a generated function does with each classified frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `OneFn`: return the result.
+    One,
+    /// `BatchFn`: store it and go on with the next frame.
+    Batch,
+}
+
 pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     let mut flag_builder = settings::builder();
     flag_builder
@@ -282,86 +295,52 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
         isa,
         cranelift_module::default_libcall_names(),
     ));
-    let ptr = module.target_config().pointer_type();
-    let frontend_config = module.isa().frontend_config();
     let mut ctx = module.make_context();
-    ctx.func.signature.params = vec![AbiParam::new(ptr); 4];
     let mut fctx = FunctionBuilderContext::new();
-    let (tables, table_of, stats) = {
-        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let entry = b.create_block();
-        b.append_block_params_for_function_params(entry);
-        b.switch_to_block(entry);
-        let descs = b.block_params(entry)[0];
-        let frames = b.block_params(entry)[1];
-        let n = b.block_params(entry)[2];
-        let out = b.block_params(entry)[3];
-        let i = b.declare_var(types::I64);
-        let best_p = b.declare_var(types::I64);
-        let best_id = b.declare_var(types::I64);
-        let zero = b.ins().iconst(types::I64, 0);
-        b.def_var(i, zero);
-        // for i in 0..n { out[i] = classify(frames[i]) }
-        let header = b.create_block();
-        let body = b.create_block();
-        let exit = b.create_block();
-        let finish = b.create_block();
-        b.ins().jump(header, &[]);
-        b.switch_to_block(header);
-        let iv = b.use_var(i);
-        let more = b.ins().icmp(IntCC::UnsignedLessThan, iv, n);
-        b.ins().brif(more, body, &[], exit, &[]);
-        b.switch_to_block(exit);
-        b.ins().return_(&[]);
-        b.switch_to_block(body);
-        let fr = b.ins().ishl_imm_u(iv, 4);
-        let fr = b.ins().iadd(frames, fr);
-        let frame = b.ins().load(types::I64, flags(), fr, 0);
-        let len = b.ins().load(types::I64, flags(), fr, 8);
-        let minus1 = b.ins().iconst(types::I64, -1);
-        b.def_var(best_p, minus1);
-        b.def_var(best_id, minus1);
-        let mut g = Gen {
-            dpf,
-            b,
-            frame,
-            len,
-            descs,
-            best_p,
-            best_id,
-            finish,
-            tables: Vec::new(),
-            table_of: HashMap::new(),
-            stats: GenStats::default(),
-        };
-        let root = Region {
-            addr: frame,
-            base: zero,
-            avail: len,
-            align: 8,
-        };
-        g.node(dpf.root(), root, 0, finish, -1, false);
-        g.b.switch_to_block(finish);
-        let id = g.b.use_var(best_id);
-        let iv = g.b.use_var(i);
-        let slot = g.b.ins().ishl_imm_u(iv, 3);
-        let slot = g.b.ins().iadd(out, slot);
-        g.b.ins()
-            .store(MemFlagsData::new().with_notrap(), id, slot, 0);
-        let next = g.b.ins().iadd_imm_u(iv, 1);
-        g.b.def_var(i, next);
-        g.b.ins().jump(header, &[]);
-        g.b.seal_all_blocks();
-        g.b.finalize(frontend_config);
-        (g.tables, g.table_of, g.stats)
+    // The batch loop first: its pass builds the hash tables, which the
+    // single-frame function then shares.
+    let mut tables = Vec::new();
+    let mut table_of = HashMap::new();
+    let stats = generate(
+        dpf,
+        &module,
+        &mut ctx,
+        &mut fctx,
+        Shape::Batch,
+        &mut tables,
+        &mut table_of,
+    );
+    let (batch_id, batch_size) = define(&mut module, &mut ctx);
+    generate(
+        dpf,
+        &module,
+        &mut ctx,
+        &mut fctx,
+        Shape::One,
+        &mut tables,
+        &mut table_of,
+    );
+    let (one_id, one_size) = define(&mut module, &mut ctx);
+    module.finalize_definitions().expect("finalize demux code");
+    // SAFETY: each function was declared with exactly this signature (the
+    // pointer-sized arguments and result of `BatchFn` / `OneFn`, the host's
+    // default calling convention, which is `extern "C"`).
+    let (batch, one) = unsafe {
+        (
+            std::mem::transmute::<*const u8, BatchFn>(module.get_finalized_function(batch_id)),
+            std::mem::transmute::<*const u8, OneFn>(module.get_finalized_function(one_id)),
+        )
     };
-    let (func, code_size) = emit(&mut module, &mut ctx);
     let descs = tables.iter().map(|t| t.hash.desc()).collect();
     let mut notes = String::new();
     let _ = writeln!(
         notes,
         "  {} loads, {} bounds checks, {} coalesced loads ({} aligned), {} compare chains, {} flattened disjunctions, {} one-level hashes",
         stats.loads, stats.bounds_checks, stats.coalesced, stats.aligned_windows, stats.chains, stats.flattened, stats.one_level
+    );
+    let _ = writeln!(
+        notes,
+        "  single-frame function {one_size} bytes, batch loop {batch_size} bytes"
     );
     for (i, t) in tables.iter().enumerate() {
         let _ = writeln!(
@@ -373,8 +352,9 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     }
     Compiled {
         module: Some(module),
-        func,
-        code_size,
+        one,
+        batch,
+        code_size: one_size + batch_size,
         tables,
         descs,
         table_of,
@@ -382,7 +362,112 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     }
 }
 
-fn emit(module: &mut JITModule, ctx: &mut Context) -> (DemuxFn, usize) {
+/// Generates one function of the trie into `ctx`.
+fn generate(
+    dpf: &Dpf,
+    module: &JITModule,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    shape: Shape,
+    tables: &mut Vec<Table>,
+    table_of: &mut HashMap<(NodeId, CField), usize>,
+) -> GenStats {
+    let ptr = module.target_config().pointer_type();
+    let frontend_config = module.isa().frontend_config();
+    ctx.func.signature.params = match shape {
+        Shape::One => vec![AbiParam::new(ptr); 3],
+        Shape::Batch => vec![AbiParam::new(ptr); 4],
+    };
+    ctx.func.signature.returns = match shape {
+        Shape::One => vec![AbiParam::new(types::I64)],
+        Shape::Batch => vec![],
+    };
+    let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let params = b.block_params(entry).to_vec();
+    let descs = params[0];
+    let best_p = b.declare_var(types::I64);
+    let best_id = b.declare_var(types::I64);
+    let i = b.declare_var(types::I64);
+    let zero = b.ins().iconst(types::I64, 0);
+    let finish = b.create_block();
+    let header = b.create_block();
+    let (frame, len) = match shape {
+        Shape::One => (params[1], params[2]),
+        Shape::Batch => {
+            // for i in 0..n { out[i] = classify(frames[i]) }
+            let (frames, n) = (params[1], params[2]);
+            b.def_var(i, zero);
+            let body = b.create_block();
+            let exit = b.create_block();
+            b.ins().jump(header, &[]);
+            b.switch_to_block(header);
+            let iv = b.use_var(i);
+            let more = b.ins().icmp(IntCC::UnsignedLessThan, iv, n);
+            b.ins().brif(more, body, &[], exit, &[]);
+            b.switch_to_block(exit);
+            b.ins().return_(&[]);
+            b.switch_to_block(body);
+            let fr = b.ins().ishl_imm_u(iv, 4);
+            let fr = b.ins().iadd(frames, fr);
+            let frame = b.ins().load(types::I64, flags(), fr, 0);
+            let len = b.ins().load(types::I64, flags(), fr, 8);
+            (frame, len)
+        }
+    };
+    let minus1 = b.ins().iconst(types::I64, -1);
+    b.def_var(best_p, minus1);
+    b.def_var(best_id, minus1);
+    let reuse = shape == Shape::One;
+    let mut g = Gen {
+        dpf,
+        b,
+        reuse,
+        frame,
+        len,
+        descs,
+        best_p,
+        best_id,
+        finish,
+        tables,
+        table_of,
+        next_table: 0,
+        stats: GenStats::default(),
+    };
+    let root = Region {
+        addr: frame,
+        base: zero,
+        avail: len,
+        align: 8,
+    };
+    g.node(dpf.root(), root, 0, finish, -1, false);
+    g.b.switch_to_block(finish);
+    let id = g.b.use_var(best_id);
+    match shape {
+        Shape::One => {
+            g.b.ins().return_(&[id]);
+        }
+        Shape::Batch => {
+            let out = params[3];
+            let iv = g.b.use_var(i);
+            let slot = g.b.ins().ishl_imm_u(iv, 3);
+            let slot = g.b.ins().iadd(out, slot);
+            g.b.ins()
+                .store(MemFlagsData::new().with_notrap(), id, slot, 0);
+            let next = g.b.ins().iadd_imm_u(iv, 1);
+            g.b.def_var(i, next);
+            g.b.ins().jump(header, &[]);
+        }
+    }
+    g.b.seal_all_blocks();
+    g.b.finalize(frontend_config);
+    g.stats
+}
+
+/// Compiles the function in `ctx` into the module.
+fn define(module: &mut JITModule, ctx: &mut Context) -> (cranelift_module::FuncId, usize) {
     let id = module
         .declare_anonymous_function(&ctx.func.signature)
         .expect("declare demux function");
@@ -393,13 +478,7 @@ fn emit(module: &mut JITModule, ctx: &mut Context) -> (DemuxFn, usize) {
         .compiled_code()
         .map_or(0, |c| c.code_info().total_size as usize);
     module.clear_context(ctx);
-    module.finalize_definitions().expect("finalize demux code");
-    let code = module.get_finalized_function(id);
-    // SAFETY: the function was declared with exactly this signature
-    // (four pointer-sized arguments, no result, the host's default calling
-    // convention, which is `extern "C"`).
-    let func = unsafe { std::mem::transmute::<*const u8, DemuxFn>(code) };
-    (func, size)
+    (id, size)
 }
 
 /// Atoms on overlapping bits cannot share one compare: their constants
@@ -424,7 +503,7 @@ fn align_of_const(c: u32) -> u32 {
     }
 }
 
-impl Gen<'_, '_> {
+impl Gen<'_, '_, '_> {
     fn pot_i(&self, n: NodeId) -> i32 {
         self.dpf.node(n).pot as i32
     }
@@ -739,14 +818,20 @@ impl Gen<'_, '_> {
         let raw = self.load_raw(r, start, bytes);
         let zero: Vec<(CField, u32)> = fields.iter().map(|&f| (f, 0)).collect();
         let key = self.masked(raw, &zero, start, bytes);
-        let t = self.tables.len();
-        self.tables.push(Table {
-            hash: PerfectHash::build(entries),
-            fields,
-            start,
-            cap,
-            has_leaf,
-        });
+        let t = if self.reuse {
+            self.next_table += 1;
+            self.next_table - 1
+        } else {
+            self.tables.push(Table {
+                hash: PerfectHash::build(entries),
+                fields,
+                start,
+                cap,
+                has_leaf,
+            });
+            self.tables.len() - 1
+        };
+        debug_assert!(!self.reuse || self.table_of[&(n, disj.field)] == t);
         self.table_of.insert((n, disj.field), t);
         self.hashed(t, key, code, r, checked, next, next_pot, maybe_best);
     }
