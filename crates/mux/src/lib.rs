@@ -1,0 +1,992 @@
+//! exonet-mux: the trusted multiplexer.
+//!
+//! A [`Mux`] owns one [`Link`] and serves endpoints ([`MuxEndpoint`], the
+//! multiplexer's side of an `exonet-shm` segment). Each endpoint has
+//! channels; a channel binds a DPF filter (what it receives) to a transmit
+//! header template (what it may send). The channel id travels in the
+//! descriptors.
+//!
+//! Receive ([`Mux::poll_rx`]): a batch from the link is staged, classified
+//! with one [`Dpf::demux_batch`] call, and each frame goes to its channel:
+//! its handler runs first (if any) and may consume the frame; otherwise the
+//! frame is copied into the endpoint's segment (inline in the rx ring when
+//! short, else into a buffer taken from its free ring) and a descriptor is
+//! pushed on its rx ring. No buffer: the frame is dropped and counted
+//! against that endpoint alone. Each endpoint is notified once per batch.
+//! ARP frames always go to the host as well; frames no channel accepts go
+//! to the host, which answers as a host would ([`host`]).
+//!
+//! Transmit ([`Mux::poll_tx`]): endpoints with pending descriptors are
+//! visited in deficit round robin by bytes, weighted per endpoint. Each
+//! descriptor is read once and validated, the frame is copied out of the
+//! segment, the copy is checked against the channel's template (and the
+//! channel against the endpoint), and only then sent. The buffer goes back
+//! on the completion ring, flagged [`Desc::REJECTED`] when the frame was
+//! not sent.
+//!
+//! Every nanosecond spent on an endpoint's behalf (delivery, handler,
+//! transmit) and an even share of each batch's classification is charged
+//! to it ([`EndpointStats::rx_ns`], [`EndpointStats::tx_ns`]).
+//!
+//! The registry ([`registry`]) allocates ports, builds the filter and
+//! template of UDP/TCP channels ([`Mux::bind_socket`]), and refuses raw
+//! filters and templates of unprivileged endpoints that could receive or
+//! send what is not theirs ([`Mux::bind_channel`]).
+
+pub mod host;
+pub mod registry;
+pub mod template;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
+use exonet_link::Link;
+use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
+
+pub use host::{HostConfig, HostStats, TokenBucket};
+pub use registry::{ChannelSpec, Proto};
+pub use template::{Template, TemplateField};
+
+use host::Host;
+use registry::Ports;
+
+/// Names an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EndpointId(pub u32);
+
+/// Names a channel; this is the value in the `channel` field of descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChannelId(pub u32);
+
+/// Most frames taken from the link in one receive batch.
+pub const MAX_RX_BATCH: usize = 256;
+
+/// What a channel's handler decided about an arrived frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandlerVerdict {
+    /// The handler dealt with the frame; it is not delivered.
+    Consumed,
+    /// Deliver the frame to the endpoint as usual.
+    Deliver,
+}
+
+/// Runs in the multiplexer when a frame arrives on its channel, before
+/// delivery (the place where ASH handlers run). Its time is charged to the
+/// channel's endpoint.
+pub trait Handler: Send {
+    fn on_frame(&mut self, frame: &[u8]) -> HandlerVerdict;
+}
+
+impl<F: FnMut(&[u8]) -> HandlerVerdict + Send> Handler for F {
+    fn on_frame(&mut self, frame: &[u8]) -> HandlerVerdict {
+        self(frame)
+    }
+}
+
+/// Why a control operation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MuxError {
+    NoSuchEndpoint(EndpointId),
+    NoSuchChannel(ChannelId),
+    Filter(DpfError),
+    /// The endpoint may not do this (a privileged port, a filter or
+    /// template that does not pin what it owns).
+    NotPermitted(String),
+    PortInUse {
+        proto: Proto,
+        port: u16,
+    },
+    NoPortsLeft(Proto),
+    NotOurAddress(Ipv4Addr),
+}
+
+impl fmt::Display for MuxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MuxError::NoSuchEndpoint(e) => write!(f, "no endpoint {}", e.0),
+            MuxError::NoSuchChannel(c) => write!(f, "no channel {}", c.0),
+            MuxError::Filter(e) => write!(f, "filter refused: {e}"),
+            MuxError::NotPermitted(why) => write!(f, "not permitted: {why}"),
+            MuxError::PortInUse { proto, port } => write!(f, "{proto:?} port {port} is in use"),
+            MuxError::NoPortsLeft(p) => write!(f, "no {p:?} ports left"),
+            MuxError::NotOurAddress(a) => write!(f, "{a} is not an address of this host"),
+        }
+    }
+}
+
+impl std::error::Error for MuxError {}
+
+impl From<DpfError> for MuxError {
+    fn from(e: DpfError) -> Self {
+        MuxError::Filter(e)
+    }
+}
+
+/// Tunables.
+#[derive(Clone, Copy, Debug)]
+pub struct MuxConfig {
+    /// Frames per receive batch (at most [`MAX_RX_BATCH`]).
+    pub rx_batch: usize,
+    /// Most frames one transmit scan takes from all endpoints together.
+    pub tx_budget: usize,
+    /// Bytes a weight of 1 earns per deficit-round-robin round.
+    pub quantum: u32,
+    /// Most invalid free-ring descriptors skipped while looking for a
+    /// buffer for one frame.
+    pub free_retries: u32,
+    pub host: HostConfig,
+}
+
+impl Default for MuxConfig {
+    fn default() -> Self {
+        MuxConfig {
+            rx_batch: 64,
+            tx_budget: 256,
+            quantum: 1514,
+            free_retries: 4,
+            host: HostConfig::default(),
+        }
+    }
+}
+
+/// How [`Mux::run`] trades latency against CPU.
+#[derive(Clone, Copy, Debug)]
+pub struct RunConfig {
+    /// Empty polls in a row before the loop sleeps; while there is work it
+    /// never sleeps.
+    pub idle_spins: u32,
+    /// Longest sleep: the latency bound for work nobody signals (an
+    /// application that published without a kick, a link without a
+    /// descriptor).
+    pub latency: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            idle_spins: 64,
+            latency: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Frames delivered on the rx ring, and their bytes.
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    /// Frames its handlers consumed.
+    pub rx_consumed: u64,
+    /// Received frames dropped: no buffer on the free ring.
+    pub rx_no_buffer: u64,
+    /// Received frames dropped: rx ring full.
+    pub rx_ring_full: u64,
+    /// Received frames dropped: longer than a frame buffer.
+    pub rx_too_long: u64,
+    /// Invalid descriptors met on the free ring (skipped).
+    pub free_bad_desc: u64,
+    /// Frames sent, and their bytes.
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Transmit descriptors refused: invalid (range, alignment, length, flags).
+    pub tx_bad_desc: u64,
+    /// Transmit descriptors naming a channel that is not the endpoint's.
+    pub tx_bad_channel: u64,
+    /// Frames that failed the channel's template (never sent).
+    pub tx_template_mismatch: u64,
+    /// Frames the link refused.
+    pub tx_link_error: u64,
+    /// Times a ring index from the application was impossible (a hostile or
+    /// broken peer); the ring is skipped for that round.
+    pub ring_errors: u64,
+    /// Nanoseconds spent receiving for it (its share of classification,
+    /// handler, copy).
+    pub rx_ns: u64,
+    /// Nanoseconds spent transmitting for it (reading, copying, checking,
+    /// sending).
+    pub tx_ns: u64,
+}
+
+impl EndpointStats {
+    /// All receive drops.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_no_buffer + self.rx_ring_full + self.rx_too_long
+    }
+
+    /// All transmit drops.
+    pub fn tx_dropped(&self) -> u64 {
+        self.tx_bad_desc + self.tx_bad_channel + self.tx_template_mismatch + self.tx_link_error
+    }
+}
+
+/// A snapshot of one endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSnapshot {
+    pub id: EndpointId,
+    pub uid: u32,
+    pub privileged: bool,
+    pub weight: u32,
+    pub channels: Vec<ChannelId>,
+    pub stats: EndpointStats,
+}
+
+/// A snapshot of the whole multiplexer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MuxStats {
+    pub endpoints: Vec<EndpointSnapshot>,
+    pub host: HostStats,
+    /// Received frames no filter accepted (the host looked at them).
+    pub rx_unmatched: u64,
+    /// Received frames longer than the staging slot (cut; counted here).
+    pub rx_truncated: u64,
+}
+
+struct Endpoint {
+    ep: MuxEndpoint,
+    uid: u32,
+    privileged: bool,
+    weight: u32,
+    deficit: u64,
+    channels: Vec<ChannelId>,
+    stats: EndpointStats,
+    /// Something was pushed on rx in this batch.
+    rx_moved: bool,
+}
+
+struct Channel {
+    endpoint: EndpointId,
+    filter: FilterId,
+    template: Template,
+    handler: Option<Box<dyn Handler>>,
+    /// The port hold a socket channel took, released with the channel.
+    port: Option<(Proto, u16)>,
+}
+
+/// The multiplexer.
+pub struct Mux {
+    link: Box<dyn Link>,
+    mac: [u8; 6],
+    config: MuxConfig,
+    dpf: Dpf,
+    endpoints: BTreeMap<EndpointId, Endpoint>,
+    next_endpoint: u32,
+    channels: HashMap<u32, Channel>,
+    ports: Ports,
+    host: Host,
+    rx_unmatched: u64,
+    rx_truncated: u64,
+    slot: usize,
+    arena: Vec<u8>,
+    lens: Vec<usize>,
+    tx_buf: Vec<u8>,
+    scan: Vec<EndpointId>,
+}
+
+impl Mux {
+    /// A multiplexer on `link`, answering for `addrs`, with the link's MAC.
+    pub fn new(link: Box<dyn Link>, addrs: Vec<Ipv4Addr>, config: MuxConfig) -> Mux {
+        let mac = link.mac();
+        let slot = link.max_frame_len();
+        let rx_batch = config.rx_batch.clamp(1, MAX_RX_BATCH);
+        Mux {
+            mac,
+            config: MuxConfig { rx_batch, ..config },
+            dpf: Dpf::new(),
+            endpoints: BTreeMap::new(),
+            next_endpoint: 0,
+            channels: HashMap::new(),
+            ports: Ports::default(),
+            host: Host::new(config.host, mac, addrs, Instant::now()),
+            rx_unmatched: 0,
+            rx_truncated: 0,
+            slot,
+            arena: vec![0; slot * rx_batch],
+            lens: Vec::with_capacity(rx_batch),
+            tx_buf: vec![0; 65536],
+            scan: Vec::new(),
+            link,
+        }
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    pub fn addrs(&self) -> &[Ipv4Addr] {
+        &self.host.addrs
+    }
+
+    pub fn link(&self) -> &dyn Link {
+        &*self.link
+    }
+
+    pub fn link_mut(&mut self) -> &mut dyn Link {
+        &mut *self.link
+    }
+
+    /// Serves an endpoint owned by `uid`. A privileged endpoint may bind
+    /// any filter and template and ports below 1024.
+    pub fn add_endpoint(&mut self, ep: MuxEndpoint, uid: u32, privileged: bool) -> EndpointId {
+        let id = EndpointId(self.next_endpoint);
+        self.next_endpoint += 1;
+        self.endpoints.insert(
+            id,
+            Endpoint {
+                ep,
+                uid,
+                privileged,
+                weight: 1,
+                deficit: 0,
+                channels: Vec::new(),
+                stats: EndpointStats::default(),
+                rx_moved: false,
+            },
+        );
+        id
+    }
+
+    /// Stops serving an endpoint and reclaims everything it held: its
+    /// channels, their filters, its ports. Returns its side of the segment.
+    pub fn remove_endpoint(&mut self, id: EndpointId) -> Result<MuxEndpoint, MuxError> {
+        let e = self
+            .endpoints
+            .remove(&id)
+            .ok_or(MuxError::NoSuchEndpoint(id))?;
+        for ch in &e.channels {
+            if let Some(c) = self.channels.remove(&ch.0) {
+                // The filter was installed by us; deleting it cannot fail
+                // unless the id is unknown, which would be a bug here.
+                let _ = self.dpf.delete(c.filter);
+            }
+        }
+        self.ports.release_all(id);
+        Ok(e.ep)
+    }
+
+    /// Sets an endpoint's transmit weight (at least 1).
+    pub fn set_weight(&mut self, id: EndpointId, weight: u32) -> Result<(), MuxError> {
+        self.endpoint_mut(id)?.weight = weight.max(1);
+        Ok(())
+    }
+
+    fn endpoint_mut(&mut self, id: EndpointId) -> Result<&mut Endpoint, MuxError> {
+        self.endpoints
+            .get_mut(&id)
+            .ok_or(MuxError::NoSuchEndpoint(id))
+    }
+
+    /// Binds a channel of `ep` to a filter (several: any of them) and a
+    /// transmit template. An unprivileged endpoint's filters must pin IPv4,
+    /// first fragments, one of our addresses and a protocol and port it
+    /// owns ([`Mux::allocate_port`]), and its template our MAC, IPv4
+    /// without options nor fragments, one of our addresses and a protocol
+    /// and source port it owns.
+    pub fn bind_channel(
+        &mut self,
+        ep: EndpointId,
+        filters: &[Filter],
+        template: Template,
+    ) -> Result<ChannelId, MuxError> {
+        let e = self
+            .endpoints
+            .get(&ep)
+            .ok_or(MuxError::NoSuchEndpoint(ep))?;
+        if !e.privileged {
+            if filters.is_empty() {
+                return Err(MuxError::NotPermitted("no filter".into()));
+            }
+            for f in filters {
+                registry::check_filter(f, ep, &self.host.addrs, &self.ports)?;
+            }
+            registry::check_template(&template, ep, self.mac, &self.host.addrs, &self.ports)?;
+        }
+        self.install(ep, filters, template, None)
+    }
+
+    fn install(
+        &mut self,
+        ep: EndpointId,
+        filters: &[Filter],
+        template: Template,
+        port: Option<(Proto, u16)>,
+    ) -> Result<ChannelId, MuxError> {
+        let filter = self.dpf.insert_any(filters)?;
+        let id = ChannelId(filter.0);
+        self.channels.insert(
+            id.0,
+            Channel {
+                endpoint: ep,
+                filter,
+                template,
+                handler: None,
+                port,
+            },
+        );
+        if let Some(e) = self.endpoints.get_mut(&ep) {
+            e.channels.push(id);
+        }
+        Ok(id)
+    }
+
+    /// Binds a UDP or TCP channel: allocates the port (0: ephemeral) in
+    /// the registry, builds and installs its filter and template. Returns
+    /// the channel and the port.
+    pub fn bind_socket(
+        &mut self,
+        ep: EndpointId,
+        spec: ChannelSpec,
+    ) -> Result<(ChannelId, u16), MuxError> {
+        let privileged = self
+            .endpoints
+            .get(&ep)
+            .ok_or(MuxError::NoSuchEndpoint(ep))?
+            .privileged;
+        if !self.host.addrs.contains(&spec.local_addr) {
+            return Err(MuxError::NotOurAddress(spec.local_addr));
+        }
+        let port = self
+            .ports
+            .allocate(spec.proto, spec.local_port, ep, privileged)?;
+        let spec = ChannelSpec {
+            local_port: port,
+            ..spec
+        };
+        let filter = registry::socket_filter(&spec);
+        let template = registry::socket_template(self.mac, &spec);
+        match self.install(ep, &[filter], template, Some((spec.proto, port))) {
+            Ok(ch) => Ok((ch, port)),
+            Err(e) => {
+                self.ports.release(spec.proto, port, ep);
+                Err(e)
+            }
+        }
+    }
+
+    /// Allocates a port to `ep` (0: ephemeral) for channels it binds with
+    /// raw filters; held until [`Mux::release_port`] or the endpoint goes.
+    pub fn allocate_port(
+        &mut self,
+        ep: EndpointId,
+        proto: Proto,
+        port: u16,
+    ) -> Result<u16, MuxError> {
+        let privileged = self
+            .endpoints
+            .get(&ep)
+            .ok_or(MuxError::NoSuchEndpoint(ep))?
+            .privileged;
+        self.ports.allocate(proto, port, ep, privileged)
+    }
+
+    /// Drops one hold of `ep` on a port; false if it held none.
+    pub fn release_port(&mut self, ep: EndpointId, proto: Proto, port: u16) -> bool {
+        self.ports.release(proto, port, ep)
+    }
+
+    /// The ports `ep` holds.
+    pub fn ports_of(&self, ep: EndpointId) -> Vec<(Proto, u16)> {
+        self.ports.owned_by(ep)
+    }
+
+    /// Removes a channel: its filter, and the port hold of a socket channel.
+    pub fn unbind_channel(&mut self, ch: ChannelId) -> Result<(), MuxError> {
+        let c = self
+            .channels
+            .remove(&ch.0)
+            .ok_or(MuxError::NoSuchChannel(ch))?;
+        let _ = self.dpf.delete(c.filter);
+        if let Some((proto, port)) = c.port {
+            self.ports.release(proto, port, c.endpoint);
+        }
+        if let Some(e) = self.endpoints.get_mut(&c.endpoint) {
+            e.channels.retain(|&x| x != ch);
+        }
+        Ok(())
+    }
+
+    /// Sets (or clears) the handler run on each frame the channel receives.
+    pub fn set_handler(
+        &mut self,
+        ch: ChannelId,
+        handler: Option<Box<dyn Handler>>,
+    ) -> Result<(), MuxError> {
+        self.channels
+            .get_mut(&ch.0)
+            .ok_or(MuxError::NoSuchChannel(ch))?
+            .handler = handler;
+        Ok(())
+    }
+
+    /// The endpoint a channel belongs to.
+    pub fn channel_owner(&self, ch: ChannelId) -> Option<EndpointId> {
+        self.channels.get(&ch.0).map(|c| c.endpoint)
+    }
+
+    /// The MAC of `ip` from the ARP cache; if unknown, sends a request (at
+    /// most one per [`HostConfig::arp_retry`]) and returns `None`: ask
+    /// again later.
+    pub fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
+        let r = self.host.resolve(ip, Instant::now());
+        self.flush_host()?;
+        Ok(r.map(|m| m.0))
+    }
+
+    /// The MAC of `ip` if the ARP cache has it.
+    pub fn arp_lookup(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
+        self.host.lookup(ip, Instant::now()).map(|m| m.0)
+    }
+
+    /// Counters of one endpoint.
+    pub fn endpoint_stats(&self, id: EndpointId) -> Option<EndpointStats> {
+        self.endpoints.get(&id).map(|e| e.stats)
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> MuxStats {
+        MuxStats {
+            endpoints: self
+                .endpoints
+                .iter()
+                .map(|(&id, e)| EndpointSnapshot {
+                    id,
+                    uid: e.uid,
+                    privileged: e.privileged,
+                    weight: e.weight,
+                    channels: e.channels.clone(),
+                    stats: e.stats,
+                })
+                .collect(),
+            host: self.host.stats,
+            rx_unmatched: self.rx_unmatched,
+            rx_truncated: self.rx_truncated,
+        }
+    }
+
+    /// Sends what the host queued (replies, ARP requests), as far as the
+    /// link takes it.
+    fn flush_host(&mut self) -> io::Result<()> {
+        while let Some(f) = self.host.out.front() {
+            if self.link.send_batch(&[f])? == 0 {
+                break;
+            }
+            self.host.out.pop_front();
+        }
+        Ok(())
+    }
+
+    /// One iteration of the loop: a receive batch and a transmit scan.
+    /// Returns the frames received plus the frames sent.
+    pub fn poll(&mut self) -> io::Result<usize> {
+        Ok(self.poll_rx()? + self.poll_tx()?)
+    }
+
+    /// The run loop: busy-polls while there is work; after
+    /// `idle_spins` empty polls, sleeps on the link's descriptor and every
+    /// endpoint's eventfd for at most `latency` (and the link's own
+    /// [`Link::poll_timeout`]). Runs while `keep_going` says so (it is asked
+    /// before every iteration).
+    pub fn run(
+        &mut self,
+        config: RunConfig,
+        mut keep_going: impl FnMut(&Mux) -> bool,
+    ) -> io::Result<()> {
+        let mut idle = 0u32;
+        while keep_going(self) {
+            if self.poll()? > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < config.idle_spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            idle = 0;
+            self.wait(config.latency)?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until the link or an endpoint's eventfd is readable, or
+    /// `max` passes. Returns whether something became readable.
+    pub fn wait(&mut self, max: Duration) -> io::Result<bool> {
+        let timeout = self.link.poll_timeout().map_or(max, |t| t.min(max));
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.endpoints.len() + 1);
+        let events = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if let Some(fd) = self.link.as_raw_fd() {
+            fds.push(events(fd));
+        }
+        for e in self.endpoints.values() {
+            fds.push(events(e.ep.wake.event().as_fd().as_raw_fd()));
+        }
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds, for the
+        // duration of the call; the descriptors are owned by `self`.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        // Reset the endpoints' eventfds that fired (the link's readiness is
+        // level-triggered and cleared by receiving).
+        for e in self.endpoints.values() {
+            let fd = e.ep.wake.event().as_fd().as_raw_fd();
+            if fds.iter().any(|p| p.fd == fd && p.revents != 0) {
+                e.ep.wake.event().wait(Some(Duration::ZERO))?;
+            }
+        }
+        Ok(r > 0)
+    }
+
+    /// One receive batch: takes up to `rx_batch` frames from the link,
+    /// classifies and delivers them, answers for the host, wakes each
+    /// endpoint that got frames once. Returns the number of frames taken.
+    pub fn poll_rx(&mut self) -> io::Result<usize> {
+        let slot = self.slot;
+        let max = self.config.rx_batch;
+        self.lens.clear();
+        let (arena, lens) = (&mut self.arena, &mut self.lens);
+        let mut truncated = 0;
+        let n = self.link.recv_batch(
+            &mut |f| {
+                let i = lens.len();
+                if i >= max {
+                    return;
+                }
+                let k = f.len().min(slot);
+                truncated += (k < f.len()) as u64;
+                arena[i * slot..i * slot + k].copy_from_slice(&f[..k]);
+                lens.push(k);
+            },
+            max,
+        )?;
+        self.rx_truncated += truncated;
+        let n = n.min(self.lens.len());
+        if n > 0 {
+            self.deliver_batch(n);
+        }
+        self.flush_host()?;
+        Ok(n)
+    }
+
+    fn deliver_batch(&mut self, n: usize) {
+        let slot = self.slot;
+        let mut views: [&[u8]; MAX_RX_BATCH] = [&[]; MAX_RX_BATCH];
+        for (i, v) in views.iter_mut().enumerate().take(n) {
+            *v = &self.arena[i * slot..i * slot + self.lens[i]];
+        }
+        let mut ids = [None; MAX_RX_BATCH];
+        let t0 = Instant::now();
+        self.dpf.demux_batch(&views[..n], &mut ids[..n]);
+        let mut now = Instant::now();
+        let demux_share = now.duration_since(t0).as_nanos() as u64 / n as u64;
+        for i in 0..n {
+            let frame = views[i];
+            if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+                self.host.on_arp(frame, now);
+            }
+            let owner = ids[i].and_then(|id| {
+                let ch = self.channels.get_mut(&id.0)?;
+                Some((id.0, ch))
+            });
+            let Some((chan, ch)) = owner else {
+                self.rx_unmatched += 1;
+                let t = Instant::now();
+                self.host.on_unmatched(frame, t);
+                now = Instant::now();
+                self.host.stats.ns += now.duration_since(t).as_nanos() as u64 + demux_share;
+                continue;
+            };
+            let Some(e) = self.endpoints.get_mut(&ch.endpoint) else {
+                continue;
+            };
+            let verdict = match &mut ch.handler {
+                Some(h) => h.on_frame(frame),
+                None => HandlerVerdict::Deliver,
+            };
+            match verdict {
+                HandlerVerdict::Consumed => e.stats.rx_consumed += 1,
+                HandlerVerdict::Deliver => deliver(e, chan, frame, self.config.free_retries),
+            }
+            let t = Instant::now();
+            e.stats.rx_ns += t.duration_since(now).as_nanos() as u64 + demux_share;
+            now = t;
+        }
+        for e in self.endpoints.values_mut() {
+            if std::mem::take(&mut e.rx_moved) {
+                // A failed eventfd write leaves the application to find the
+                // frames when it next polls; nothing else is at stake.
+                let _ = e.ep.upcall.notify_rx(&e.ep.rx);
+            }
+        }
+    }
+
+    /// One transmit scan: visits endpoints with pending transmit
+    /// descriptors in deficit round robin (by bytes, weighted), checks and
+    /// sends their frames, until they are all empty, the link is full, or
+    /// `tx_budget` descriptors were handled. Returns the number of frames
+    /// sent.
+    pub fn poll_tx(&mut self) -> io::Result<usize> {
+        let mut budget = self.config.tx_budget;
+        let mut sent = 0;
+        let mut link_err = None;
+        self.scan.clear();
+        self.scan.extend(self.endpoints.keys().copied());
+        let quantum = self.config.quantum as u64;
+        'rounds: while budget > 0 {
+            let mut any = false;
+            for &id in &self.scan {
+                let Some(e) = self.endpoints.get_mut(&id) else {
+                    continue;
+                };
+                if !e.ep.tx.has_pending() {
+                    e.deficit = 0;
+                    continue;
+                }
+                e.deficit += quantum * e.weight as u64;
+                let t0 = Instant::now();
+                let turn = tx_turn(
+                    id,
+                    e,
+                    &self.channels,
+                    &mut *self.link,
+                    &mut self.tx_buf,
+                    &mut budget,
+                );
+                e.stats.tx_ns += t0.elapsed().as_nanos() as u64;
+                sent += turn.sent;
+                // Only progress, or a deficit still short of the next frame,
+                // earns another round: a ring that errs or a completion
+                // ring that is full must not keep the scan spinning.
+                any |= turn.moved || turn.short;
+                if turn.moved {
+                    let _ = e.ep.upcall.notify_if_sleeping();
+                }
+                if let Some(err) = turn.link_error {
+                    link_err = Some(err);
+                    break 'rounds;
+                }
+                if turn.link_full || budget == 0 {
+                    break 'rounds;
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        match link_err {
+            Some(err) if sent == 0 => Err(err),
+            _ => Ok(sent),
+        }
+    }
+}
+
+/// Delivers one frame to an endpoint's rx ring.
+fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
+    let ep = &mut e.ep;
+    if frame.len() <= INLINE_MAX && ep.rx.has_inline() {
+        match ep.rx.push_inline(channel, frame) {
+            Ok(true) => {
+                e.stats.rx_frames += 1;
+                e.stats.rx_bytes += frame.len() as u64;
+                e.rx_moved = true;
+            }
+            Ok(false) => e.stats.rx_ring_full += 1,
+            Err(_) => e.stats.ring_errors += 1,
+        }
+        return;
+    }
+    let layout = *ep.frames.layout();
+    if frame.len() > layout.frame_size() as usize {
+        e.stats.rx_too_long += 1;
+        return;
+    }
+    match ep.rx.reserve(1) {
+        Ok(0) => {
+            e.stats.rx_ring_full += 1;
+            return;
+        }
+        Ok(_) => {}
+        Err(_) => {
+            e.stats.ring_errors += 1;
+            return;
+        }
+    }
+    let mut tries = 0;
+    let offset = loop {
+        match ep.free.pop() {
+            Ok(Some(d)) => {
+                if layout.validate_buffer(d).is_ok() {
+                    break d.offset;
+                }
+                e.stats.free_bad_desc += 1;
+                tries += 1;
+                if tries > free_retries {
+                    e.stats.rx_no_buffer += 1;
+                    return;
+                }
+            }
+            Ok(None) => {
+                e.stats.rx_no_buffer += 1;
+                return;
+            }
+            Err(_) => {
+                e.stats.ring_errors += 1;
+                return;
+            }
+        }
+    };
+    if ep.frames.write(offset, frame).is_err() {
+        // Unreachable after `validate_buffer` and the length check; the
+        // buffer is lost to the application, as any misuse would lose it.
+        e.stats.free_bad_desc += 1;
+        return;
+    }
+    ep.rx
+        .write(0, Desc::buffer(offset, frame.len() as u32, channel));
+    ep.rx.submit(1);
+    e.stats.rx_frames += 1;
+    e.stats.rx_bytes += frame.len() as u64;
+    e.rx_moved = true;
+}
+
+#[derive(Default)]
+struct Turn {
+    sent: usize,
+    moved: bool,
+    link_full: bool,
+    /// Stopped because the deficit did not cover the next frame.
+    short: bool,
+    link_error: Option<io::Error>,
+}
+
+/// One endpoint's turn in the transmit scan: sends while its deficit
+/// covers the next frame.
+fn tx_turn(
+    id: EndpointId,
+    e: &mut Endpoint,
+    channels: &HashMap<u32, Channel>,
+    link: &mut dyn Link,
+    buf: &mut [u8],
+    budget: &mut usize,
+) -> Turn {
+    let mut turn = Turn::default();
+    let layout = *e.ep.frames.layout();
+    while *budget > 0 {
+        let avail = match e.ep.tx.peek(1) {
+            Ok(n) => n,
+            Err(_) => {
+                e.stats.ring_errors += 1;
+                e.deficit = 0;
+                break;
+            }
+        };
+        if avail == 0 {
+            e.deficit = 0;
+            break;
+        }
+        // Read once; from here on only the private copy `d` is used.
+        let d = e.ep.tx.read(0);
+        let valid = layout.validate_frame(d).is_ok();
+        // A valid buffer frame's buffer goes back on completion; an invalid
+        // descriptor's offset is untrusted, so it gets back only a buffer
+        // offset the layout recognizes.
+        let give_back = if d.is_inline() {
+            None
+        } else {
+            layout.buffer_of(d.offset)
+        };
+        let cost = if valid { d.len as u64 } else { 0 };
+        if cost > e.deficit {
+            turn.short = true;
+            break;
+        }
+        if give_back.is_some() {
+            match e.ep.completion.reserve(1) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(_) => {
+                    e.stats.ring_errors += 1;
+                    break;
+                }
+            }
+        }
+        let mut rejected = true;
+        if !valid {
+            e.stats.tx_bad_desc += 1;
+        } else {
+            let len = if d.is_inline() {
+                e.ep.tx.read_inline(0, &d, buf)
+            } else {
+                // Validated above, so this cannot fail; an empty frame
+                // would fail every template anyway.
+                e.ep.frames.read(d, buf).unwrap_or_default()
+            };
+            let frame = &buf[..len];
+            match channels.get(&d.channel) {
+                Some(ch) if ch.endpoint == id => {
+                    if !ch.template.matches(frame) {
+                        e.stats.tx_template_mismatch += 1;
+                    } else if frame.len() < exonet_link::MIN_FRAME_LEN
+                        || frame.len() > link.max_frame_len()
+                    {
+                        // The link would take it and drop it; say so.
+                        e.stats.tx_link_error += 1;
+                    } else {
+                        match link.send_batch(&[frame]) {
+                            Ok(0) => {
+                                turn.link_full = true;
+                                break;
+                            }
+                            Ok(_) => {
+                                rejected = false;
+                                e.stats.tx_frames += 1;
+                                e.stats.tx_bytes += len as u64;
+                                turn.sent += 1;
+                            }
+                            Err(err) => {
+                                e.stats.tx_link_error += 1;
+                                turn.link_error = Some(err);
+                            }
+                        }
+                    }
+                }
+                _ => e.stats.tx_bad_channel += 1,
+            }
+        }
+        e.ep.tx.release(1);
+        if let Some(offset) = give_back {
+            e.ep.completion.write(
+                0,
+                Desc {
+                    offset,
+                    len: d.len,
+                    channel: d.channel,
+                    flags: if rejected { Desc::REJECTED } else { 0 },
+                },
+            );
+            e.ep.completion.submit(1);
+        }
+        turn.moved = true;
+        e.deficit -= cost;
+        *budget -= 1;
+        if turn.link_error.is_some() {
+            break;
+        }
+    }
+    turn
+}

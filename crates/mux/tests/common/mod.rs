@@ -1,0 +1,99 @@
+//! Shared test fixtures: a multiplexer on one end of a memwire cable, the
+//! other end as "the network", and in-process endpoints.
+#![allow(dead_code)]
+
+use std::net::Ipv4Addr;
+
+use exonet_link::memwire::{self, MemWire};
+use exonet_link::Link;
+use exonet_mux::{Mux, MuxConfig};
+use exonet_shm::{AppEndpoint, Desc, Segment, SegmentConfig, INLINE_MAX};
+use exonet_wire::MacAddr;
+
+pub const HOST: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+pub const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+pub const HOST_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+pub const PEER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+pub fn mux_with(config: MuxConfig) -> (Mux, MemWire) {
+    let (a, b) = memwire::pair().unwrap();
+    (Mux::new(Box::new(a), vec![HOST], config), b)
+}
+
+pub fn mux() -> (Mux, MemWire) {
+    mux_with(MuxConfig::default())
+}
+
+pub fn small_segment() -> SegmentConfig {
+    SegmentConfig {
+        frame_size: 2048,
+        frame_count: 64,
+        ring_entries: [64; 4],
+    }
+}
+
+pub fn segment(cfg: &SegmentConfig) -> Segment {
+    Segment::create(cfg).unwrap()
+}
+
+/// An endpoint served in-process; `buffers` of its buffers go on the free
+/// ring, the others are kept for transmitting.
+pub fn endpoint(
+    mux: &mut Mux,
+    buffers: usize,
+    privileged: bool,
+) -> (exonet_mux::EndpointId, AppEndpoint, Vec<u32>) {
+    let seg = segment(&small_segment());
+    let (mut app, me) = seg.split().unwrap();
+    let all: Vec<u32> = app.frames.layout().buffers().collect();
+    for &b in &all[..buffers] {
+        assert!(app.free.push(Desc::buffer(b, 0, 0)).unwrap());
+    }
+    let id = mux.add_endpoint(me, 1000, privileged);
+    (id, app, all[buffers..].to_vec())
+}
+
+/// Every frame on the endpoint's rx ring: (channel, bytes).
+pub fn drain_rx(app: &mut AppEndpoint) -> Vec<(u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut inline = [0u8; INLINE_MAX];
+    while let Some(d) = app.rx.pop_frame(&mut inline).unwrap() {
+        let bytes = if d.is_inline() {
+            inline[..d.len as usize].to_vec()
+        } else {
+            let mut buf = vec![0; d.len as usize];
+            let n = app.frames.read(d, &mut buf).unwrap();
+            // Give the buffer back for the next frame.
+            let base = app.frames.layout().buffer_of(d.offset).unwrap();
+            assert!(app.free.push(Desc::buffer(base, 0, 0)).unwrap());
+            buf[..n].to_vec()
+        };
+        out.push((d.channel, bytes));
+    }
+    out
+}
+
+/// Puts `frame` in buffer `buf` and on the tx ring, on `channel`.
+pub fn send(app: &mut AppEndpoint, buf: u32, frame: &[u8], channel: u32) {
+    app.frames.write(buf, frame).unwrap();
+    assert!(app
+        .tx
+        .push(Desc::buffer(buf, frame.len() as u32, channel))
+        .unwrap());
+    app.kick.notify_if_sleeping().unwrap();
+}
+
+/// Every frame waiting at the far end of the cable.
+pub fn drain_wire(wire: &mut MemWire) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    while wire.recv_batch(&mut |f| got.push(f.to_vec()), 64).unwrap() > 0 {}
+    got
+}
+
+pub fn completions(app: &mut AppEndpoint) -> Vec<Desc> {
+    let mut v = Vec::new();
+    while let Some(d) = app.completion.pop().unwrap() {
+        v.push(d);
+    }
+    v
+}

@@ -1,0 +1,260 @@
+//! Stage 1: isolation, drops, hostile descriptors, templates, fairness.
+
+mod common;
+
+use common::*;
+use exonet_link::Link;
+use exonet_mux::{ChannelSpec, HandlerVerdict, MuxConfig, Proto};
+use exonet_shm::Desc;
+use exonet_wire::build;
+
+fn udp_to(port: u16, payload: &[u8]) -> Vec<u8> {
+    build::udp_frame(PEER_MAC, HOST_MAC, PEER, HOST, 7777, port, payload)
+}
+
+fn udp_from(sport: u16, payload: &[u8]) -> Vec<u8> {
+    build::udp_frame(HOST_MAC, PEER_MAC, HOST, PEER, sport, 7777, payload)
+}
+
+fn spec(port: u16) -> ChannelSpec {
+    ChannelSpec {
+        proto: Proto::Udp,
+        local_addr: HOST,
+        local_port: port,
+        remote: None,
+    }
+}
+
+#[test]
+fn frames_reach_only_their_endpoint() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app_a, _) = endpoint(&mut mux, 16, false);
+    let (b, mut app_b, _) = endpoint(&mut mux, 16, false);
+    let (ca, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let (cb, _) = mux.bind_socket(b, spec(6000)).unwrap();
+    let small = udp_to(5000, b"hi");
+    let big = udp_to(5000, &[7u8; 1000]);
+    let for_b = udp_to(6000, &[9u8; 300]);
+    wire.send_batch(&[&small, &big, &for_b]).unwrap();
+    assert_eq!(mux.poll_rx().unwrap(), 3);
+    let got_a = drain_rx(&mut app_a);
+    let got_b = drain_rx(&mut app_b);
+    assert_eq!(got_a, vec![(ca.0, small), (ca.0, big)]);
+    assert_eq!(got_b, vec![(cb.0, for_b)]);
+    let sa = mux.endpoint_stats(a).unwrap();
+    assert_eq!((sa.rx_frames, sa.rx_dropped()), (2, 0));
+    assert!(sa.rx_ns > 0);
+    // A port nobody has: nobody gets it.
+    wire.send_batch(&[&udp_to(7000, b"x")]).unwrap();
+    mux.poll_rx().unwrap();
+    assert!(drain_rx(&mut app_a).is_empty() && drain_rx(&mut app_b).is_empty());
+    assert_eq!(mux.stats().rx_unmatched, 1);
+}
+
+#[test]
+fn no_buffer_drops_count_only_against_the_starving_endpoint() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app_a, _) = endpoint(&mut mux, 0, false);
+    let (b, mut app_b, _) = endpoint(&mut mux, 16, false);
+    mux.bind_socket(a, spec(5000)).unwrap();
+    mux.bind_socket(b, spec(6000)).unwrap();
+    let fa = udp_to(5000, &[1u8; 500]);
+    let fb = udp_to(6000, &[2u8; 500]);
+    for _ in 0..10 {
+        wire.send_batch(&[&fa, &fb]).unwrap();
+    }
+    while mux.poll_rx().unwrap() > 0 {}
+    assert!(drain_rx(&mut app_a).is_empty());
+    assert_eq!(drain_rx(&mut app_b).len(), 10);
+    let (sa, sb) = (
+        mux.endpoint_stats(a).unwrap(),
+        mux.endpoint_stats(b).unwrap(),
+    );
+    assert_eq!((sa.rx_no_buffer, sa.rx_frames), (10, 0));
+    assert_eq!((sb.rx_no_buffer, sb.rx_dropped(), sb.rx_frames), (0, 0, 10));
+}
+
+#[test]
+fn rx_ring_full_is_counted() {
+    let (mut mux, mut wire) = mux();
+    let (a, _app, _) = endpoint(&mut mux, 0, false);
+    mux.bind_socket(a, spec(5000)).unwrap();
+    // Inline frames need no buffer; the 64-entry rx ring fills.
+    let f = udp_to(5000, b"tiny");
+    for _ in 0..100 {
+        wire.send_batch(&[&f]).unwrap();
+    }
+    while mux.poll_rx().unwrap() > 0 {}
+    let s = mux.endpoint_stats(a).unwrap();
+    assert_eq!((s.rx_frames, s.rx_ring_full), (64, 36));
+}
+
+#[test]
+fn template_mismatch_is_never_sent() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app_a, bufs) = endpoint(&mut mux, 0, false);
+    let (b, _app_b, _) = endpoint(&mut mux, 0, false);
+    let (ca, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let (cb, _) = mux.bind_socket(b, spec(6000)).unwrap();
+    let good = udp_from(5000, b"good");
+    let wrong_port = udp_from(5001, b"bad");
+    let wrong_ip = build::udp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        std::net::Ipv4Addr::new(10, 0, 0, 99),
+        PEER,
+        5000,
+        7777,
+        b"bad",
+    );
+    let wrong_mac = build::udp_frame(PEER_MAC, PEER_MAC, HOST, PEER, 5000, 7777, b"bad");
+    let tcp = build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        5000,
+        7777,
+        0x02,
+        1,
+        0,
+        &[],
+        &[],
+    );
+    send(&mut app_a, bufs[0], &good, ca.0);
+    send(&mut app_a, bufs[1], &wrong_port, ca.0);
+    send(&mut app_a, bufs[2], &wrong_ip, ca.0);
+    send(&mut app_a, bufs[3], &wrong_mac, ca.0);
+    send(&mut app_a, bufs[4], &tcp, ca.0);
+    send(&mut app_a, bufs[5], &udp_from(6000, b"b's"), cb.0); // B's channel
+    send(&mut app_a, bufs[6], &[0u8; 3], ca.0); // runt
+    assert_eq!(mux.poll_tx().unwrap(), 1);
+    assert_eq!(drain_wire(&mut wire), vec![good.clone()]);
+    let s = mux.endpoint_stats(a).unwrap();
+    assert_eq!(
+        (s.tx_frames, s.tx_template_mismatch, s.tx_bad_channel),
+        (1, 5, 1)
+    );
+    let comp = completions(&mut app_a);
+    assert_eq!(comp.len(), 7);
+    assert_eq!(comp[0].flags, 0);
+    assert_eq!(comp[0].offset, bufs[0]);
+    assert!(comp[1..].iter().all(|d| d.flags == Desc::REJECTED));
+    // Inline transmit works too and needs no completion.
+    assert!(app_a.tx.push_inline(ca.0, &good).unwrap());
+    assert_eq!(mux.poll_tx().unwrap(), 1);
+    assert_eq!(drain_wire(&mut wire), vec![good]);
+    assert!(completions(&mut app_a).is_empty());
+}
+
+#[test]
+fn handler_consumes_or_delivers() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app_a, _) = endpoint(&mut mux, 16, false);
+    let (ca, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    mux.set_handler(
+        ca,
+        Some(Box::new(|f: &[u8]| {
+            if f.ends_with(b"eat") {
+                HandlerVerdict::Consumed
+            } else {
+                HandlerVerdict::Deliver
+            }
+        })),
+    )
+    .unwrap();
+    wire.send_batch(&[&udp_to(5000, b"eat"), &udp_to(5000, b"keep")])
+        .unwrap();
+    mux.poll_rx().unwrap();
+    let got = drain_rx(&mut app_a);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].1.ends_with(b"keep"));
+    assert_eq!(mux.endpoint_stats(a).unwrap().rx_consumed, 1);
+}
+
+#[test]
+fn drr_shares_bandwidth_by_weight() {
+    // A budget of 80 frames per scan keeps both endpoints backlogged (60
+    // frames each) for the whole scan.
+    let (mut mux, mut wire) = mux_with(MuxConfig {
+        tx_budget: 80,
+        ..MuxConfig::default()
+    });
+    let mut ids = Vec::new();
+    let mut apps = Vec::new();
+    for (port, weight) in [(5000u16, 1u32), (6000, 3)] {
+        let (id, mut app, bufs) = endpoint(&mut mux, 0, false);
+        let (ch, _) = mux.bind_socket(id, spec(port)).unwrap();
+        mux.set_weight(id, weight).unwrap();
+        let f = udp_from(port, &[0u8; 958]);
+        assert_eq!(f.len(), 1000);
+        for &b in bufs.iter().take(60) {
+            send(&mut app, b, &f, ch.0);
+        }
+        ids.push(id);
+        apps.push(app);
+    }
+    assert_eq!(mux.poll_tx().unwrap(), 80);
+    assert_eq!(drain_wire(&mut wire).len(), 80);
+    let s1 = mux.endpoint_stats(ids[0]).unwrap();
+    let s3 = mux.endpoint_stats(ids[1]).unwrap();
+    let ratio = s3.tx_bytes as f64 / s1.tx_bytes as f64;
+    assert!((2.5..=3.5).contains(&ratio), "ratio {ratio}: {s1:?} {s3:?}");
+    assert!(s1.tx_ns > 0 && s3.tx_ns > 0);
+    // The rest drains completely on later scans.
+    while mux.poll_tx().unwrap() > 0 {}
+    let total: u64 = ids
+        .iter()
+        .map(|&i| mux.endpoint_stats(i).unwrap().tx_frames)
+        .sum();
+    assert_eq!(total, 120);
+}
+
+#[test]
+fn run_loop_moves_frames_and_sleeps_when_idle() {
+    use std::time::{Duration, Instant};
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, bufs) = endpoint(&mut mux, 16, false);
+    let (ch, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    wire.send_batch(&[&udp_to(5000, &[1u8; 400])]).unwrap();
+    send(&mut app, bufs[0], &udp_from(5000, b"out"), ch.0);
+    let cfg = exonet_mux::RunConfig {
+        idle_spins: 4,
+        latency: Duration::from_millis(5),
+    };
+    let t0 = Instant::now();
+    let mut iterations = 0u32;
+    mux.run(cfg, |_| {
+        iterations += 1;
+        t0.elapsed() < Duration::from_millis(60)
+    })
+    .unwrap();
+    assert_eq!(drain_rx(&mut app).len(), 1);
+    assert_eq!(drain_wire(&mut wire), vec![udp_from(5000, b"out")]);
+    // Idle, it slept rather than spun: at most a handful of iterations per
+    // latency period (loose: this is not a timing test).
+    assert!(iterations < 5_000, "{iterations} iterations");
+    // A frame arriving while it sleeps wakes it through the link.
+    wire.send_batch(&[&udp_to(5000, b"late")]).unwrap();
+    assert!(mux.wait(Duration::from_secs(5)).unwrap());
+    assert_eq!(mux.poll().unwrap(), 1);
+    assert_eq!(drain_rx(&mut app).len(), 1);
+}
+
+#[test]
+fn frames_the_link_cannot_carry_are_rejected_not_counted_as_sent() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, bufs) = endpoint(&mut mux, 0, true);
+    let ch = mux
+        .bind_channel(a, &["12:16 == 0x800".parse().unwrap()], Default::default())
+        .unwrap();
+    send(&mut app, bufs[0], &[0u8; 1600], ch.0); // beyond MTU 1500 + 18
+    send(&mut app, bufs[1], &[0u8; 10], ch.0); // runt
+    assert_eq!(mux.poll_tx().unwrap(), 0);
+    assert!(drain_wire(&mut wire).is_empty());
+    let s = mux.endpoint_stats(a).unwrap();
+    assert_eq!((s.tx_frames, s.tx_link_error), (0, 2));
+    assert!(completions(&mut app)
+        .iter()
+        .all(|d| d.flags == Desc::REJECTED));
+}
