@@ -616,6 +616,22 @@ impl Mux {
     /// Sleeps until the link or an endpoint's eventfd is readable, or
     /// `max` passes. Returns whether something became readable.
     pub fn wait(&mut self, max: Duration) -> io::Result<bool> {
+        // Tell every application we sleep (so its kick signals our eventfd),
+        // then look once more: work published before the flag was seen
+        // would otherwise wait for the timeout.
+        for e in self.endpoints.values() {
+            e.ep.wake.announce_sleep();
+        }
+        let ready = self.endpoints.values().any(|e| e.ep.tx.has_pending());
+        let r = if ready { Ok(true) } else { self.block(max) };
+        for e in self.endpoints.values() {
+            e.ep.wake.end_sleep();
+        }
+        r
+    }
+
+    /// The blocking half of [`wait`](Self::wait).
+    fn block(&mut self, max: Duration) -> io::Result<bool> {
         let timeout = self.link.poll_timeout().map_or(max, |t| t.min(max));
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.endpoints.len() + 1);

@@ -258,3 +258,37 @@ fn frames_the_link_cannot_carry_are_rejected_not_counted_as_sent() {
         .iter()
         .all(|d| d.flags == Desc::REJECTED));
 }
+
+/// An application's kick wakes a sleeping multiplexer: it announces its
+/// sleep on every endpoint, so the application's `notify_if_sleeping`
+/// signals its eventfd (a lost kick would leave it asleep for the whole
+/// minute).
+#[test]
+fn an_application_kick_wakes_the_sleeping_multiplexer() {
+    use std::time::{Duration, Instant};
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, bufs) = endpoint(&mut mux, 16, false);
+    let (ch, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let frame = udp_from(5000, b"kick");
+    let sent = frame.clone();
+    let app_thread = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        // Pushes and kicks (`notify_if_sleeping`).
+        send(&mut app, bufs[0], &sent, ch.0);
+        app
+    });
+    let t0 = Instant::now();
+    let mut woke = false;
+    while !woke && t0.elapsed() < Duration::from_secs(60) {
+        woke = mux.wait(Duration::from_secs(60)).unwrap() && mux.poll().unwrap() > 0;
+    }
+    let _app = app_thread.join().unwrap();
+    assert!(woke);
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "woken by the timeout, not the kick"
+    );
+    assert_eq!(drain_wire(&mut wire), vec![frame]);
+    // Idle again: nothing left to wake it.
+    assert!(!mux.wait(Duration::ZERO).unwrap());
+}

@@ -207,6 +207,19 @@ impl Sleeper {
         })
     }
 
+    /// For a wait over many endpoints at once (one poll or epoll set over
+    /// all their eventfds), the first half of [`sleep`](Self::sleep): sets
+    /// the `SLEEPING` flag and fences. Then re-check every ring, block only
+    /// if none has work, and call [`end_sleep`](Self::end_sleep) on each.
+    pub fn announce_sleep(&self) {
+        self.word.get().announce_sleep();
+    }
+
+    /// Clears the `SLEEPING` flag set by [`announce_sleep`](Self::announce_sleep).
+    pub fn end_sleep(&self) {
+        self.word.get().end_sleep();
+    }
+
     /// Switches upcalls off (the other side will not signal this side at
     /// all) or back on. Turning them on re-checks with `ready` and signals
     /// our own eventfd if a thread of ours sleeps and there is work, since
