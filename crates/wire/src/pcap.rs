@@ -115,11 +115,37 @@ impl<W: Write> PcapWriter<W> {
 
 /// Reads a classic pcap file of either byte order and either timestamp resolution.
 ///
+/// The byte order a capture file was written in; both readers read every
+/// header field through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ByteOrder {
+    Big,
+    Little,
+}
+
+impl ByteOrder {
+    fn u16(self, b: &[u8]) -> u16 {
+        let b = [b[0], b[1]];
+        match self {
+            ByteOrder::Big => u16::from_be_bytes(b),
+            ByteOrder::Little => u16::from_le_bytes(b),
+        }
+    }
+
+    fn u32(self, b: &[u8]) -> u32 {
+        let b = [b[0], b[1], b[2], b[3]];
+        match self {
+            ByteOrder::Big => u32::from_be_bytes(b),
+            ByteOrder::Little => u32::from_le_bytes(b),
+        }
+    }
+}
+
 /// Iterates `Result<Record, WireError>`; after the first error it ends.
 #[derive(Debug)]
 pub struct PcapReader<R: Read> {
     r: R,
-    big_endian: bool,
+    order: ByteOrder,
     res: TsResolution,
     snaplen: u32,
     linktype: u32,
@@ -136,29 +162,29 @@ impl<R: Read> PcapReader<R> {
     }
 
     fn after_magic(magic: [u8; 4], mut r: R) -> Result<Self, WireError> {
-        let (big_endian, res) = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
-            (MAGIC_MICRO, _) => (false, TsResolution::Micro),
-            (MAGIC_NANO, _) => (false, TsResolution::Nano),
-            (_, MAGIC_MICRO) => (true, TsResolution::Micro),
-            (_, MAGIC_NANO) => (true, TsResolution::Nano),
+        let (order, res) = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
+            (MAGIC_MICRO, _) => (ByteOrder::Little, TsResolution::Micro),
+            (MAGIC_NANO, _) => (ByteOrder::Little, TsResolution::Nano),
+            (_, MAGIC_MICRO) => (ByteOrder::Big, TsResolution::Micro),
+            (_, MAGIC_NANO) => (ByteOrder::Big, TsResolution::Nano),
             _ => return Err(WireError::BadFormat),
         };
         let mut h = [0u8; 20];
         r.read_exact(&mut h)?;
         let mut p = PcapReader {
             r,
-            big_endian,
+            order,
             res,
             snaplen: 0,
             linktype: 0,
             done: false,
         };
-        if p.u16(&h[0..2]) != 2 {
+        if p.order.u16(&h[0..2]) != 2 {
             return Err(WireError::Unsupported);
         }
-        p.snaplen = p.u32(&h[12..16]);
+        p.snaplen = p.order.u32(&h[12..16]);
         // The upper bits of this field carry FCS information, not the link type.
-        p.linktype = p.u32(&h[16..20]) & 0xffff;
+        p.linktype = p.order.u32(&h[16..20]) & 0xffff;
         Ok(p)
     }
 
@@ -177,24 +203,6 @@ impl<R: Read> PcapReader<R> {
         self.res
     }
 
-    fn u16(&self, b: &[u8]) -> u16 {
-        let b = [b[0], b[1]];
-        if self.big_endian {
-            u16::from_be_bytes(b)
-        } else {
-            u16::from_le_bytes(b)
-        }
-    }
-
-    fn u32(&self, b: &[u8]) -> u32 {
-        let b = [b[0], b[1], b[2], b[3]];
-        if self.big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        }
-    }
-
     fn read_record(&mut self) -> Result<Option<Record>, WireError> {
         let mut h = [0u8; 16];
         match read_full(&mut self.r, &mut h)? {
@@ -202,8 +210,11 @@ impl<R: Read> PcapReader<R> {
             16 => {}
             _ => return Err(WireError::Truncated),
         }
-        let (secs, frac) = (self.u32(&h[0..4]), self.u32(&h[4..8]));
-        let (incl_len, orig_len) = (self.u32(&h[8..12]) as usize, self.u32(&h[12..16]));
+        let (secs, frac) = (self.order.u32(&h[0..4]), self.order.u32(&h[4..8]));
+        let (incl_len, orig_len) = (
+            self.order.u32(&h[8..12]) as usize,
+            self.order.u32(&h[12..16]),
+        );
         let nanos = match self.res {
             TsResolution::Micro if frac < 1_000_000 => frac * 1000,
             TsResolution::Nano if frac < 1_000_000_000 => frac,
@@ -251,7 +262,7 @@ struct Interface {
 #[derive(Debug)]
 pub struct PcapngReader<R: Read> {
     r: R,
-    little_endian: bool,
+    order: ByteOrder,
     interfaces: Vec<Interface>,
     done: bool,
 }
@@ -271,7 +282,7 @@ impl<R: Read> PcapngReader<R> {
         }
         let mut p = PcapngReader {
             r,
-            little_endian: true,
+            order: ByteOrder::Little,
             interfaces: Vec::new(),
             done: false,
         };
@@ -281,39 +292,21 @@ impl<R: Read> PcapngReader<R> {
         Ok(p)
     }
 
-    fn u16(&self, b: &[u8]) -> u16 {
-        let b = [b[0], b[1]];
-        if self.little_endian {
-            u16::from_le_bytes(b)
-        } else {
-            u16::from_be_bytes(b)
-        }
-    }
-
-    fn u32(&self, b: &[u8]) -> u32 {
-        let b = [b[0], b[1], b[2], b[3]];
-        if self.little_endian {
-            u32::from_le_bytes(b)
-        } else {
-            u32::from_be_bytes(b)
-        }
-    }
-
     /// The rest of a Section Header Block after its type; the byte-order magic that
     /// follows the length decides how the length (and the whole section) is read.
     fn section_header(&mut self, len: [u8; 4]) -> Result<(), WireError> {
         let mut bom_ver = [0u8; 8];
         self.r.read_exact(&mut bom_ver)?;
-        self.little_endian = match bom_ver[0..4] {
-            [0x4d, 0x3c, 0x2b, 0x1a] => true,
-            [0x1a, 0x2b, 0x3c, 0x4d] => false,
+        self.order = match bom_ver[0..4] {
+            [0x4d, 0x3c, 0x2b, 0x1a] => ByteOrder::Little,
+            [0x1a, 0x2b, 0x3c, 0x4d] => ByteOrder::Big,
             _ => return Err(WireError::BadFormat),
         };
-        let total = self.u32(&len) as usize;
+        let total = self.order.u32(&len) as usize;
         if total < 28 || total & 3 != 0 {
             return Err(WireError::BadLength);
         }
-        if self.u16(&bom_ver[4..6]) != 1 {
+        if self.order.u16(&bom_ver[4..6]) != 1 {
             return Err(WireError::Unsupported);
         }
         self.interfaces.clear();
@@ -334,7 +327,7 @@ impl<R: Read> PcapngReader<R> {
                 self.section_header([h[4], h[5], h[6], h[7]])?;
                 continue;
             }
-            let (btype, total) = (self.u32(&h[0..4]), self.u32(&h[4..8]) as usize);
+            let (btype, total) = (self.order.u32(&h[0..4]), self.order.u32(&h[4..8]) as usize);
             if total < 12 || total & 3 != 0 {
                 return Err(WireError::BadLength);
             }
@@ -363,12 +356,15 @@ impl<R: Read> PcapngReader<R> {
             return Err(WireError::BadLength);
         }
         let mut iface = Interface {
-            linktype: u32::from(self.u16(&body[0..2])),
+            linktype: u32::from(self.order.u16(&body[0..2])),
             ticks_per_sec: 1_000_000,
         };
         let mut opts = &body[8..];
         while opts.len() >= 4 {
-            let (code, len) = (self.u16(&opts[0..2]), usize::from(self.u16(&opts[2..4])));
+            let (code, len) = (
+                self.order.u16(&opts[0..2]),
+                usize::from(self.order.u16(&opts[2..4])),
+            );
             let padded = 4 + len.next_multiple_of(4);
             if code == 0 || padded > opts.len() {
                 break;
@@ -399,10 +395,11 @@ impl<R: Read> PcapngReader<R> {
         if body.len() < 20 {
             return Err(WireError::BadLength);
         }
-        let iface = self.iface(self.u32(&body[0..4]))?;
-        let ticks = (u64::from(self.u32(&body[4..8])) << 32) | u64::from(self.u32(&body[8..12]));
-        let cap_len = self.u32(&body[12..16]) as usize;
-        let orig_len = self.u32(&body[16..20]);
+        let iface = self.iface(self.order.u32(&body[0..4]))?;
+        let ticks = (u64::from(self.order.u32(&body[4..8])) << 32)
+            | u64::from(self.order.u32(&body[8..12]));
+        let cap_len = self.order.u32(&body[12..16]) as usize;
+        let orig_len = self.order.u32(&body[16..20]);
         if cap_len > MAX_RECORD_LEN || cap_len > body.len() - 20 {
             return Err(WireError::BadLength);
         }
@@ -424,7 +421,7 @@ impl<R: Read> PcapngReader<R> {
             return Err(WireError::BadLength);
         }
         let iface = self.iface(0)?;
-        let orig_len = self.u32(&body[0..4]);
+        let orig_len = self.order.u32(&body[0..4]);
         let cap_len = (orig_len as usize).min(body.len() - 4);
         if cap_len > MAX_RECORD_LEN {
             return Err(WireError::BadLength);
