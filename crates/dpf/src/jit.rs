@@ -646,13 +646,16 @@ impl Gen<'_, '_, '_> {
     ) {
         let dpf = self.dpf;
         let node = dpf.node(n);
-        let mut branches: Vec<Branch> = (0..node.disjs.len())
+        // Each branch's potential once (for a disjunction, a pass over all
+        // its keys), then the branches in order of it.
+        let mut ranked: Vec<(i32, Branch)> = (0..node.disjs.len())
             .map(Branch::Disj)
             .chain((0..node.tests.len()).map(Branch::Test))
             .chain((0..node.shifts.len()).map(Branch::Shift))
+            .map(|br| (self.branch_pot(n, &br), br))
             .collect();
-        branches.sort_by_key(|br| -self.branch_pot(n, br));
-        let pots: Vec<i32> = branches.iter().map(|br| self.branch_pot(n, br)).collect();
+        ranked.sort_by_key(|(pot, _)| -pot);
+        let (pots, branches): (Vec<i32>, Vec<Branch>) = ranked.into_iter().unzip();
         let below = pots.first().copied().unwrap_or(-1);
         if let Some(a) = node.best_accept() {
             self.record_static(a, maybe_best);
