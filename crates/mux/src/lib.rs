@@ -588,7 +588,7 @@ impl Mux {
 
     /// The run loop: busy-polls while there is work; after
     /// `idle_spins` empty polls, sleeps on the link's descriptor and every
-    /// endpoint's eventfd for at most `latency` (and the link's own
+    /// endpoint's doorbell for at most `latency` (and the link's own
     /// [`Link::poll_timeout`]). Runs while `keep_going` says so (it is asked
     /// before every iteration).
     pub fn run(
@@ -613,10 +613,10 @@ impl Mux {
         Ok(())
     }
 
-    /// Sleeps until the link or an endpoint's eventfd is readable, or
+    /// Sleeps until the link or an endpoint's doorbell is readable, or
     /// `max` passes. Returns whether something became readable.
     pub fn wait(&mut self, max: Duration) -> io::Result<bool> {
-        // Tell every application we sleep (so its kick signals our eventfd),
+        // Tell every application we sleep (so its kick rings our doorbell),
         // then look once more: work published before the flag was seen
         // would otherwise wait for the timeout.
         for e in self.endpoints.values() {
@@ -644,7 +644,7 @@ impl Mux {
             fds.push(events(fd));
         }
         for e in self.endpoints.values() {
-            fds.push(events(e.ep.wake.event().as_fd().as_raw_fd()));
+            fds.push(events(e.ep.wake.doorbell().as_fd().as_raw_fd()));
         }
         // SAFETY: `fds` is a live array of `fds.len()` pollfds, for the
         // duration of the call; the descriptors are owned by `self`.
@@ -657,12 +657,14 @@ impl Mux {
                 Err(e)
             };
         }
-        // Reset the endpoints' eventfds that fired (the link's readiness is
-        // level-triggered and cleared by receiving).
-        for e in self.endpoints.values() {
-            let fd = e.ep.wake.event().as_fd().as_raw_fd();
-            if fds.iter().any(|p| p.fd == fd && p.revents != 0) {
-                e.ep.wake.event().wait(Some(Duration::ZERO))?;
+        // Drain the endpoints' doorbells that rang (the link's readiness is
+        // level-triggered and cleared by receiving). A doorbell that fails
+        // to drain is the application's own trouble: it only costs it
+        // wake-ups.
+        let first = fds.len() - self.endpoints.len();
+        for (e, p) in self.endpoints.values().zip(&fds[first..]) {
+            if p.revents != 0 {
+                let _ = e.ep.wake.doorbell().drain();
             }
         }
         Ok(r > 0)
@@ -744,7 +746,7 @@ impl Mux {
         }
         for e in self.endpoints.values_mut() {
             if std::mem::take(&mut e.rx_moved) {
-                // A failed eventfd write leaves the application to find the
+                // A failed ring leaves the application to find the
                 // frames when it next polls; nothing else is at stake.
                 let _ = e.ep.upcall.notify_rx(&e.ep.rx);
             }

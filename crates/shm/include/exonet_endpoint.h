@@ -69,19 +69,28 @@
  *
  * WAKE-UPS
  *
- * Each side owns a struct exonet_wake in the header and an eventfd (both
- * eventfds are passed to both sides). To sleep:
+ * Each side owns a struct exonet_wake in the header and a doorbell: a
+ * SOCK_DGRAM socketpair, one end (rx) waited on, the other (tx) rung
+ * through (both doorbells are passed to both sides). Doorbells are not
+ * eventfds because a peer holding an eventfd can make the other side's
+ * write block (clear O_NONBLOCK, fill the counter); with sockets every call
+ * is non-blocking by its flags (MSG_DONTWAIT), whatever the peer does. To
+ * sleep:
  *     flags |= EXONET_WAKE_SLEEPING;  __atomic_thread_fence(SEQ_CST);
  *     if (my rings have work) { flags &= ~SLEEPING; return; }
- *     poll(my eventfd, timeout); read it; flags &= ~SLEEPING;
+ *     poll(my doorbell's rx end, timeout);
+ *     drain it: recv(rx, buf, sizeof buf, MSG_DONTWAIT) until EAGAIN;
+ *     flags &= ~SLEEPING;
  * After each batch that moved an index (entries published, or entries
  * released: the other side may wait for room or for buffers):
  *     __atomic_thread_fence(SEQ_CST);
- *     if ((its flags & (SLEEPING | UPCALLS_OFF)) == SLEEPING) write(its eventfd, 1);
+ *     if ((its flags & (SLEEPING | UPCALLS_OFF)) == SLEEPING)
+ *         send(its doorbell's tx end, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+ *     (EAGAIN means rings are already queued: the sleeper will wake.)
  * The multiplexer also signals the application when EXONET_WAKE_ALMOST_FULL
  * is set and rx has just reached `almost_full` outstanding entries.
  * Switching upcalls back on: clear UPCALLS_OFF, fence, and if a thread of
- * yours sleeps and your rings have work, write your own eventfd.
+ * yours sleeps and your rings have work, ring your own doorbell.
  */
 #ifndef EXONET_ENDPOINT_H
 #define EXONET_ENDPOINT_H
@@ -224,8 +233,8 @@ static inline void exonet_ring_submit(struct exonet_ring *r, uint32_t n) {
     __atomic_store_n(&r->head->producer.value, r->local, __ATOMIC_RELEASE);
 }
 
-/* After publishing work for the side that owns `w`: must its eventfd be
- * written? */
+/* After publishing work for the side that owns `w`: must its doorbell be
+ * rung? */
 static inline int exonet_wake_wanted(struct exonet_wake *w) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint32_t f = __atomic_load_n(&w->flags, __ATOMIC_RELAXED);

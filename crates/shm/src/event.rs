@@ -1,4 +1,4 @@
-//! Eventfds and the two halves of the wake-up protocol built on them.
+//! Doorbells and the two halves of the wake-up protocol built on them.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -8,47 +8,113 @@ use std::time::Duration;
 use crate::ring::{Keep, Producer};
 use crate::wake::WakeWord;
 
-/// A non-blocking, close-on-exec eventfd: what a side blocks on, and what
-/// the other side writes to wake it.
+/// A wake-up channel that neither side can make the other block on: a
+/// datagram socketpair, waited on at one end and rung through the other.
+///
+/// The multiplexer does not trust the application, and both hold the
+/// descriptors, so every operation is non-blocking per call
+/// (`MSG_DONTWAIT`): whatever the other side does to the shared file
+/// status flags (an eventfd's `O_NONBLOCK` can be cleared by anyone holding
+/// it, and a write to a full eventfd then blocks) and however many rings it
+/// leaves unread (the queue holds a few datagrams, after which ringing is a
+/// no-op: the waiter is awake anyway), no call here ever blocks except
+/// [`wait`](Self::wait), for at most its timeout.
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub struct Doorbell {
+    /// Waited on and drained.
+    rx: OwnedFd,
+    /// Sent on to ring `rx`.
+    tx: OwnedFd,
+}
 
-impl EventFd {
-    pub fn new() -> io::Result<EventFd> {
-        // SAFETY: eventfd takes no pointers; a non-negative result is a new
-        // descriptor that we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
+impl Doorbell {
+    pub fn new() -> io::Result<Doorbell> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors socketpair writes.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        // SAFETY: both are fresh descriptors owned by nobody else.
+        Ok(unsafe {
+            Doorbell {
+                rx: OwnedFd::from_raw_fd(fds[0]),
+                tx: OwnedFd::from_raw_fd(fds[1]),
+            }
+        })
     }
 
-    /// Another descriptor for the same eventfd (to hand to the other side).
-    pub fn try_clone(&self) -> io::Result<EventFd> {
-        self.0.try_clone().map(EventFd)
+    /// Adopts the two ends received from the other side; both must be
+    /// datagram sockets (anything else could block or mean something else).
+    pub fn from_fds(rx: OwnedFd, tx: OwnedFd) -> io::Result<Doorbell> {
+        for fd in [&rx, &tx] {
+            let mut ty: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt writes at most `len` bytes into `ty`.
+            let r = unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_TYPE,
+                    (&mut ty as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            if r < 0 || ty != libc::SOCK_DGRAM {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a doorbell end is not a datagram socket",
+                ));
+            }
+        }
+        Ok(Doorbell { rx, tx })
     }
 
-    /// Wakes whoever waits on this eventfd.
+    /// Both ends, to hand to the other side: (waited on, rung through).
+    pub fn fds(&self) -> (BorrowedFd<'_>, BorrowedFd<'_>) {
+        (self.rx.as_fd(), self.tx.as_fd())
+    }
+
+    /// Other descriptors for the same two ends.
+    pub fn try_clone(&self) -> io::Result<Doorbell> {
+        Ok(Doorbell {
+            rx: self.rx.try_clone()?,
+            tx: self.tx.try_clone()?,
+        })
+    }
+
+    /// Wakes whoever waits on this doorbell. Never blocks; a full queue or
+    /// a vanished peer means there is nobody left to wake.
     pub fn signal(&self) -> io::Result<()> {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live local buffer to our descriptor.
-        let n = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        // SAFETY: sends one byte from a live local buffer on our descriptor.
+        let n = unsafe {
+            libc::send(
+                self.tx.as_raw_fd(),
+                [1u8].as_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
-            // EAGAIN: the counter is at its maximum, so it is readable
-            // already and the waiter will wake anyway.
-            if e.kind() != io::ErrorKind::WouldBlock {
-                return Err(e);
-            }
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::ENOBUFS | libc::ECONNREFUSED | libc::EPIPE) => Ok(()),
+                _ => Err(e),
+            };
         }
         Ok(())
     }
 
-    /// Blocks until signalled or until `timeout` (`None`: for ever) passes,
-    /// then resets the counter. Returns whether it was signalled. An
-    /// interrupted wait counts as not signalled; callers loop anyway.
+    /// Blocks until rung or until `timeout` (`None`: for ever) passes, then
+    /// drains. Returns whether it was rung. An interrupted wait counts as
+    /// not rung; callers loop anyway.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
         let ms = match timeout {
             None => -1,
@@ -56,7 +122,7 @@ impl EventFd {
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
         let mut pfd = libc::pollfd {
-            fd: self.0.as_raw_fd(),
+            fd: self.rx.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -73,62 +139,61 @@ impl EventFd {
         Ok(r > 0 && self.drain()?)
     }
 
-    /// Resets the counter; returns whether it was non-zero.
-    fn drain(&self) -> io::Result<bool> {
+    /// Empties the queue (it holds only a few datagrams, so this is
+    /// bounded); returns whether anything was in it.
+    pub fn drain(&self) -> io::Result<bool> {
+        let mut any = false;
         let mut buf = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live local buffer.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::WouldBlock {
-                Ok(false)
-            } else {
-                Err(e)
+        loop {
+            // SAFETY: receives at most 8 bytes into a live local buffer.
+            let n = unsafe {
+                libc::recv(
+                    self.rx.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
             };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return if e.kind() == io::ErrorKind::WouldBlock {
+                    Ok(any)
+                } else {
+                    Err(e)
+                };
+            }
+            any = true;
         }
-        Ok(true)
     }
 }
 
-impl AsFd for EventFd {
+impl AsFd for Doorbell {
+    /// The end to wait on (in one's own poll/epoll set).
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
+        self.rx.as_fd()
     }
 }
 
-impl From<OwnedFd> for EventFd {
-    /// Adopts an eventfd received from the other side.
-    fn from(fd: OwnedFd) -> Self {
-        EventFd(fd)
-    }
-}
-
-impl From<EventFd> for OwnedFd {
-    fn from(e: EventFd) -> Self {
-        e.0
-    }
-}
-
-/// An endpoint's two eventfds. Both sides hold both: each blocks on its own
-/// and writes the other's.
+/// An endpoint's two doorbells. Both sides hold both: each waits on its own
+/// and rings the other's.
 #[derive(Debug)]
-pub struct EventPair {
-    /// The application blocks on this one (rx, completion, upcalls).
-    pub app: EventFd,
-    /// The multiplexer blocks on this one (tx, free).
-    pub mux: EventFd,
+pub struct Doorbells {
+    /// The application waits on this one (rx, completion, upcalls).
+    pub app: Doorbell,
+    /// The multiplexer waits on this one (tx, free).
+    pub mux: Doorbell,
 }
 
-impl EventPair {
-    pub fn new() -> io::Result<EventPair> {
-        Ok(EventPair {
-            app: EventFd::new()?,
-            mux: EventFd::new()?,
+impl Doorbells {
+    pub fn new() -> io::Result<Doorbells> {
+        Ok(Doorbells {
+            app: Doorbell::new()?,
+            mux: Doorbell::new()?,
         })
     }
 
-    pub fn try_clone(&self) -> io::Result<EventPair> {
-        Ok(EventPair {
+    pub fn try_clone(&self) -> io::Result<Doorbells> {
+        Ok(Doorbells {
             app: self.app.try_clone()?,
             mux: self.mux.try_clone()?,
         })
@@ -140,7 +205,7 @@ impl EventPair {
 pub enum Wakeup {
     /// The re-check after announcing the sleep found work: no system call.
     Ready,
-    /// The eventfd was signalled (possibly by a stale signal: re-check).
+    /// The doorbell was signalled (possibly by a stale signal: re-check).
     Signaled,
     TimedOut,
 }
@@ -167,19 +232,19 @@ unsafe impl Send for WordRef {}
 unsafe impl Sync for WordRef {}
 
 /// This side's half of the wake-up protocol: its [`WakeWord`] and its
-/// eventfd. One thread at a time may sleep.
+/// doorbell. One thread at a time may sleep.
 pub struct Sleeper {
     word: WordRef,
-    event: EventFd,
+    bell: Doorbell,
 }
 
 impl Sleeper {
     /// # Safety
     /// `word` must stay valid while `keep` lives.
-    pub(crate) unsafe fn new(word: NonNull<WakeWord>, keep: Keep, event: EventFd) -> Sleeper {
+    pub(crate) unsafe fn new(word: NonNull<WakeWord>, keep: Keep, bell: Doorbell) -> Sleeper {
         Sleeper {
             word: WordRef { word, _keep: keep },
-            event,
+            bell,
         }
     }
 
@@ -198,7 +263,7 @@ impl Sleeper {
             word.end_sleep();
             return Ok(Wakeup::Ready);
         }
-        let signaled = self.event.wait(timeout);
+        let signaled = self.bell.wait(timeout);
         word.end_sleep();
         Ok(if signaled? {
             Wakeup::Signaled
@@ -208,7 +273,7 @@ impl Sleeper {
     }
 
     /// For a wait over many endpoints at once (one poll or epoll set over
-    /// all their eventfds), the first half of [`sleep`](Self::sleep): sets
+    /// all their doorbells), the first half of [`sleep`](Self::sleep): sets
     /// the `SLEEPING` flag and fences. Then re-check every ring, block only
     /// if none has work, and call [`end_sleep`](Self::end_sleep) on each.
     pub fn announce_sleep(&self) {
@@ -222,12 +287,12 @@ impl Sleeper {
 
     /// Switches upcalls off (the other side will not signal this side at
     /// all) or back on. Turning them on re-checks with `ready` and signals
-    /// our own eventfd if a thread of ours sleeps and there is work, since
+    /// our own doorbell if a thread of ours sleeps and there is work, since
     /// signals were skipped while upcalls were off. A signal already on its
     /// way when they are switched off may still arrive.
     pub fn set_upcalls(&self, on: bool, ready: impl FnOnce() -> bool) -> io::Result<()> {
         if self.word.get().set_upcalls(on) && ready() {
-            self.event.signal()?;
+            self.bell.signal()?;
         }
         Ok(())
     }
@@ -238,19 +303,19 @@ impl Sleeper {
         self.word.get().set_almost_full(threshold);
     }
 
-    /// The eventfd, to wait on in one's own poll/epoll set (U-Net's
+    /// The doorbell, to wait on in one's own poll/epoll set (U-Net's
     /// `select`); follow the same protocol: set the flag with
     /// [`sleep`](Self::sleep) or re-check after waking.
-    pub fn event(&self) -> &EventFd {
-        &self.event
+    pub fn doorbell(&self) -> &Doorbell {
+        &self.bell
     }
 }
 
 /// The other side's half, seen from this side: its [`WakeWord`] and its
-/// eventfd, written only when the word says so.
+/// doorbell, written only when the word says so.
 pub struct Notifier {
     word: WordRef,
-    event: EventFd,
+    bell: Doorbell,
     /// Whether the peer's rx ring was at or above its almost-full threshold
     /// at the last [`notify_rx`](Self::notify_rx).
     above: bool,
@@ -259,10 +324,10 @@ pub struct Notifier {
 impl Notifier {
     /// # Safety
     /// `word` must stay valid while `keep` lives.
-    pub(crate) unsafe fn new(word: NonNull<WakeWord>, keep: Keep, event: EventFd) -> Notifier {
+    pub(crate) unsafe fn new(word: NonNull<WakeWord>, keep: Keep, bell: Doorbell) -> Notifier {
         Notifier {
             word: WordRef { word, _keep: keep },
-            event,
+            bell,
             above: false,
         }
     }
@@ -273,7 +338,7 @@ impl Notifier {
     pub fn notify_if_sleeping(&self) -> io::Result<bool> {
         let wake = self.word.get().wants_wakeup();
         if wake {
-            self.event.signal()?;
+            self.bell.signal()?;
         }
         Ok(wake)
     }
@@ -288,7 +353,7 @@ impl Notifier {
             .get()
             .wants_rx_upcall(|| rx.outstanding(), &mut self.above);
         if wake {
-            self.event.signal()?;
+            self.bell.signal()?;
         }
         Ok(wake)
     }

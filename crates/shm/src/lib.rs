@@ -17,7 +17,7 @@
 //! and kept privately, ring indices are checked against the ring size,
 //! descriptors are copied out and validated ([`Layout::validate_frame`],
 //! [`Layout::validate_buffer`]). Each side publishes in the header whether
-//! it sleeps ([`WakeWord`]), so the other writes its eventfd only then.
+//! it sleeps ([`WakeWord`]), so the other rings its doorbell only then.
 //! Frames of up to [`INLINE_MAX`] bytes travel inside the rx and tx rings.
 //!
 //! The layout is written down in C in `include/exonet_endpoint.h`.
@@ -45,7 +45,10 @@ mod layout;
 mod segment;
 
 #[cfg(not(loom))]
-pub use event::{EventFd, EventPair, Notifier, Sleeper, Wakeup};
+pub mod control;
+
+#[cfg(not(loom))]
+pub use event::{Doorbell, Doorbells, Notifier, Sleeper, Wakeup};
 #[cfg(not(loom))]
 pub use layout::{
     ConfigError, IndexLine, Layout, RingHead, RingId, RingInfo, SegmentConfig, SegmentError,

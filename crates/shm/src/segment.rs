@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use crate::desc::{Desc, DescError};
-use crate::event::{EventPair, Notifier, Sleeper};
+use crate::event::{Doorbells, Notifier, Sleeper};
 use crate::layout::{
     HeaderFields, Layout, RingHead, RingId, SegmentConfig, SegmentError, SegmentHeader, HEADER_SIZE,
 };
@@ -207,7 +207,7 @@ impl Segment {
 
     /// The application's side: produces free and tx, consumes rx and
     /// completion, sleeps on `events.app`, kicks `events.mux`.
-    pub fn into_app(self, events: EventPair) -> AppEndpoint {
+    pub fn into_app(self, events: Doorbells) -> AppEndpoint {
         // SAFETY: the wake words live in the header as long as the mapping
         // each handle keeps.
         let (wake, kick) = unsafe {
@@ -229,7 +229,7 @@ impl Segment {
 
     /// The multiplexer's side: consumes free and tx, produces rx and
     /// completion, sleeps on `events.mux`, signals `events.app`.
-    pub fn into_mux(self, events: EventPair) -> MuxEndpoint {
+    pub fn into_mux(self, events: Doorbells) -> MuxEndpoint {
         // SAFETY: as in `into_app`.
         let (wake, upcall) = unsafe {
             (
@@ -248,10 +248,10 @@ impl Segment {
         }
     }
 
-    /// Both sides of one mapping, with a fresh pair of eventfds: an
+    /// Both sides of one mapping, with a fresh pair of doorbells: an
     /// endpoint served in-process.
     pub fn split(self) -> io::Result<(AppEndpoint, MuxEndpoint)> {
-        let events = EventPair::new()?;
+        let events = Doorbells::new()?;
         let mux_events = events.try_clone()?;
         let other = Segment {
             map: self.map.clone(),

@@ -8,15 +8,15 @@
 //! sleeper                                 waker
 //! flags |= SLEEPING                       publish entries (release store)
 //! fence(SeqCst)                           fence(SeqCst)
-//! if ring non-empty: clear, return        if flags & SLEEPING: write eventfd
-//! block on eventfd (with timeout)
+//! if ring non-empty: clear, return        if flags & SLEEPING: ring doorbell
+//! block on doorbell (with timeout)
 //! flags &= !SLEEPING
 //! ```
 //!
 //! Each side stores, fences, then loads what the other stored; the two
 //! SeqCst fences are totally ordered, so whichever comes second sees the
 //! other's store: either the sleeper sees the entries and does not block, or
-//! the waker sees `SLEEPING` and writes the eventfd. No wake-up is lost, and
+//! the waker sees `SLEEPING` and rings the doorbell. No wake-up is lost, and
 //! in the busy case nobody makes a system call.
 //!
 //! "Work" is anything the sleeper may be waiting for, so the waker is
@@ -44,7 +44,7 @@ pub struct WakeWord {
 }
 
 impl WakeWord {
-    /// A thread of this side is blocked, or about to block, on its eventfd:
+    /// A thread of this side is blocked, or about to block, on its doorbell:
     /// signal it after giving it work (U-Net's "receive queue non-empty"
     /// upcall; the multiplexer's flag is Expert's "transmit scan not
     /// running").
@@ -101,7 +101,7 @@ impl WakeWord {
 
     /// Switches upcalls on (then fences) or off. Returns whether, after
     /// switching them on, a thread of this side is asleep: the caller must
-    /// then re-check its rings and signal its own eventfd if they have work,
+    /// then re-check its rings and ring its own doorbell if they have work,
     /// since the waker skipped any signal while upcalls were off.
     pub(crate) fn set_upcalls(&self, on: bool) -> bool {
         if !on {

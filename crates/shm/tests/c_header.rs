@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::mem::{align_of, offset_of, size_of};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::OnceLock;
@@ -166,9 +166,9 @@ fn c_program_echoes_frames() {
         ring_entries: [64; 4],
     };
     let seg = Segment::create(&config).unwrap();
-    let events = EventPair::new().unwrap();
+    let events = Doorbells::new().unwrap();
     let kick = events.try_clone().unwrap().mux;
-    let (seg_fd, kick_fd) = (seg.fd().as_raw_fd(), kick.as_fd().as_raw_fd());
+    let (seg_fd, kick_fd) = (seg.fd().as_raw_fd(), kick.fds().1.as_raw_fd());
     let mut cmd = Command::new(&exe);
     cmd.args([
         "echo",

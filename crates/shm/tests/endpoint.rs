@@ -2,7 +2,7 @@
 #![cfg(not(loom))]
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ fn pair(config: &SegmentConfig) -> (AppEndpoint, MuxEndpoint) {
     let seg = Segment::create(config).unwrap();
     let peer = Segment::open(seg.fd().try_clone_to_owned().unwrap()).unwrap();
     assert_eq!(peer.layout(), seg.layout());
-    let events = EventPair::new().unwrap();
+    let events = Doorbells::new().unwrap();
     let mux_events = events.try_clone().unwrap();
     (peer.into_app(events), seg.into_mux(mux_events))
 }
@@ -362,7 +362,7 @@ fn pair_with_file(config: &SegmentConfig) -> (AppEndpoint, MuxEndpoint, File) {
     let seg = Segment::create(config).unwrap();
     let file = File::from(seg.fd().try_clone_to_owned().unwrap());
     let peer = Segment::open(seg.fd().try_clone_to_owned().unwrap()).unwrap();
-    let events = EventPair::new().unwrap();
+    let events = Doorbells::new().unwrap();
     let mux_events = events.try_clone().unwrap();
     (peer.into_app(events), seg.into_mux(mux_events), file)
 }
@@ -458,7 +458,7 @@ fn almost_full_upcall_fires_once_per_crossing() {
     mux.rx.push_inline(0, b"x").unwrap();
     assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
     // The signal is on the application's eventfd.
-    assert!(app.wake.event().wait(Some(Duration::ZERO)).unwrap());
+    assert!(app.wake.doorbell().wait(Some(Duration::ZERO)).unwrap());
     app.wake.set_almost_full(None);
     app.rx.pop_frame(&mut buf).unwrap().unwrap();
     mux.rx.push_inline(0, b"x").unwrap();
@@ -466,13 +466,45 @@ fn almost_full_upcall_fires_once_per_crossing() {
 }
 
 #[test]
-fn eventfds_pass_as_owned_fds() {
-    let e = EventFd::new().unwrap();
-    let other = EventFd::from(OwnedFd::from(e.try_clone().unwrap()));
+fn doorbells_pass_as_owned_fds() {
+    let e = Doorbell::new().unwrap();
+    let (rx, tx) = e.fds();
+    let other = Doorbell::from_fds(
+        rx.try_clone_to_owned().unwrap(),
+        tx.try_clone_to_owned().unwrap(),
+    )
+    .unwrap();
     other.signal().unwrap();
     assert!(e.wait(Some(Duration::from_secs(1))).unwrap());
     assert!(!e.wait(Some(Duration::ZERO)).unwrap(), "reset by the wait");
     assert!(e.as_fd().try_clone_to_owned().is_ok());
+}
+
+#[test]
+fn doorbell_refuses_other_descriptors() {
+    let f = File::open("/dev/null").unwrap();
+    let g = f.try_clone().unwrap();
+    assert!(Doorbell::from_fds(OwnedFd::from(f), OwnedFd::from(g)).is_err());
+}
+
+/// Ringing never blocks, however many rings nobody drains, even when the
+/// other side clears `O_NONBLOCK` on the shared descriptors.
+#[test]
+fn doorbell_never_blocks() {
+    let e = Doorbell::new().unwrap();
+    let (rx, tx) = e.fds();
+    for fd in [rx, tx] {
+        // SAFETY: fcntl on a live descriptor of ours.
+        unsafe {
+            let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+        }
+    }
+    for _ in 0..100_000 {
+        e.signal().unwrap();
+    }
+    assert!(e.drain().unwrap());
+    assert!(!e.drain().unwrap());
 }
 
 #[test]

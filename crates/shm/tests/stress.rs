@@ -218,7 +218,7 @@ fn both_directions_under_load() {
     let seg = Segment::create(&config).unwrap();
     // Two mappings, as across processes.
     let peer = Segment::open(seg.fd().try_clone_to_owned().unwrap()).unwrap();
-    let events = EventPair::new().unwrap();
+    let events = Doorbells::new().unwrap();
     let mux_events = events.try_clone().unwrap();
     let app = peer.into_app(events);
     let mux = seg.into_mux(mux_events);

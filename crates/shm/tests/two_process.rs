@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::time::Duration;
 
@@ -38,13 +38,14 @@ fn multiplexer() {
         ring_entries: [128, 64, 64, 128],
     };
     let seg = Segment::create(&config).unwrap();
-    let events = EventPair::new().unwrap();
+    let events = Doorbells::new().unwrap();
     let theirs = events.try_clone().unwrap();
-    let fds: Vec<RawFd> = vec![
-        seg.fd().as_raw_fd(),
-        theirs.app.as_fd().as_raw_fd(),
-        theirs.mux.as_fd().as_raw_fd(),
-    ];
+    let (app_rx, app_tx) = theirs.app.fds();
+    let (mux_rx, mux_tx) = theirs.mux.fds();
+    let fds: Vec<RawFd> = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx]
+        .iter()
+        .map(|fd| fd.as_raw_fd())
+        .collect();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -144,12 +145,12 @@ fn application(fds: &str) {
             unsafe { OwnedFd::from_raw_fd(fd) }
         })
         .collect();
-    let [seg, app_event, mux_event]: [OwnedFd; 3] = fds.try_into().unwrap();
+    let [seg, app_rx, app_tx, mux_rx, mux_tx]: [OwnedFd; 5] = fds.try_into().unwrap();
     // The peer side: the header is validated here.
     let seg = Segment::open(seg).unwrap();
-    let events = EventPair {
-        app: EventFd::from(app_event),
-        mux: EventFd::from(mux_event),
+    let events = Doorbells {
+        app: Doorbell::from_fds(app_rx, app_tx).unwrap(),
+        mux: Doorbell::from_fds(mux_rx, mux_tx).unwrap(),
     };
     let mut app = seg.into_app(events);
     let layout = *app.frames.layout();

@@ -1,0 +1,393 @@
+//! The control socket: how an application gets endpoints and channels from
+//! the multiplexer (the slow path; DESIGN.md "Control").
+//!
+//! A Unix `SOCK_SEQPACKET` socket; the multiplexer learns the peer's uid
+//! from `SO_PEERCRED` (root's endpoints are privileged). The application
+//! creates the segment and sends its memfd and the two doorbells with
+//! `SCM_RIGHTS` ([`Client::create_endpoint`]); the multiplexer maps it,
+//! trusting nothing in it ([`crate::Segment::open`]). Everything an
+//! application holds lives as long as its connection: when the socket
+//! closes, because the application exited or was killed, the multiplexer
+//! reclaims it all. When the multiplexer goes away, requests and
+//! [`Client::wait`] fail with [`ControlError::Disconnected`].
+
+mod msg;
+mod sock;
+
+use std::fmt;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use msg::{
+    DecodeError, ErrorCode, Record, Reply, Request, WireField, CONTROL_VERSION, MAX_FILTERS,
+    MAX_FILTER_TEXT, MAX_MESSAGE, MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_TCP, PROTO_UDP,
+    STATS_PAGE,
+};
+pub use sock::{PeerCred, SeqListener, SeqPacket, MAX_FDS};
+
+use crate::{AppEndpoint, Doorbells, Segment, SegmentConfig};
+
+/// Where the daemon listens unless told otherwise: `$EXONET_SOCKET`, else
+/// `/run/exonet/control.sock` for root, else
+/// `$XDG_RUNTIME_DIR/exonet.sock`, else `/tmp/exonet-UID.sock`.
+pub fn default_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("EXONET_SOCKET") {
+        return PathBuf::from(p);
+    }
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/exonet/control.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => Path::new(&d).join("exonet.sock"),
+        None => PathBuf::from(format!("/tmp/exonet-{uid}.sock")),
+    }
+}
+
+/// Why a control request failed.
+#[derive(Debug)]
+pub enum ControlError {
+    /// The multiplexer closed the connection (it exited or crashed).
+    Disconnected,
+    /// The multiplexer refused the request.
+    Refused {
+        code: ErrorCode,
+        message: String,
+    },
+    /// The multiplexer answered something that does not fit the request.
+    Protocol(String),
+    Io(io::Error),
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::Disconnected => write!(f, "disconnected from the multiplexer"),
+            ControlError::Refused { code, message } => {
+                write!(f, "the multiplexer refused: {message} ({code:?})")
+            }
+            ControlError::Protocol(m) => write!(f, "control protocol error: {m}"),
+            ControlError::Io(e) => write!(f, "control socket: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+impl From<io::Error> for ControlError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::NotConnected => ControlError::Disconnected,
+            _ => ControlError::Io(e),
+        }
+    }
+}
+
+impl From<ControlError> for io::Error {
+    fn from(e: ControlError) -> Self {
+        let kind = match &e {
+            ControlError::Disconnected => io::ErrorKind::NotConnected,
+            ControlError::Refused { code, .. } => match code {
+                ErrorCode::NotPermitted => io::ErrorKind::PermissionDenied,
+                ErrorCode::PortInUse => io::ErrorKind::AddrInUse,
+                ErrorCode::NotOurAddress => io::ErrorKind::AddrNotAvailable,
+                ErrorCode::NoSuchEndpoint | ErrorCode::NoSuchChannel => io::ErrorKind::NotFound,
+                ErrorCode::BadRequest | ErrorCode::BadFilter | ErrorCode::BadSegment => {
+                    io::ErrorKind::InvalidInput
+                }
+                ErrorCode::NoPortsLeft | ErrorCode::Limit => io::ErrorKind::OutOfMemory,
+                ErrorCode::Unavailable => io::ErrorKind::NotConnected,
+            },
+            ControlError::Protocol(_) => io::ErrorKind::InvalidData,
+            ControlError::Io(e) => e.kind(),
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+/// The host as the multiplexer describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostInfo {
+    pub mac: [u8; 6],
+    /// Addresses with their prefix lengths.
+    pub addrs: Vec<(Ipv4Addr, u8)>,
+    /// Largest frame the link carries, Ethernet header included.
+    pub mtu: u32,
+}
+
+/// An application's connection to the multiplexer.
+pub struct Client {
+    sock: SeqPacket,
+    buf: Vec<u8>,
+}
+
+/// How long a request waits for its reply before failing; the multiplexer
+/// answers between two batches, so only a wedged one takes this long.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Client {
+    /// Connects to the daemon at `path` and checks the protocol version.
+    pub fn connect(path: &Path) -> Result<Client, ControlError> {
+        let sock = SeqPacket::connect(path).map_err(|e| {
+            ControlError::Io(io::Error::new(
+                e.kind(),
+                format!("cannot reach the multiplexer at {}: {e}", path.display()),
+            ))
+        })?;
+        Client::over(sock)
+    }
+
+    /// A client over an already connected socket.
+    pub fn over(sock: SeqPacket) -> Result<Client, ControlError> {
+        sock.set_read_timeout(Some(REPLY_TIMEOUT))?;
+        let mut c = Client {
+            sock,
+            buf: vec![0; MAX_MESSAGE],
+        };
+        match c.request(
+            &Request::Hello {
+                version: CONTROL_VERSION,
+            },
+            &[],
+        )? {
+            Reply::Hello { version } if version == CONTROL_VERSION => Ok(c),
+            Reply::Hello { version } => Err(ControlError::Protocol(format!(
+                "multiplexer speaks version {version}, we speak {CONTROL_VERSION}"
+            ))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends one request (with descriptors) and returns the reply; a
+    /// refusal is [`ControlError::Refused`].
+    pub fn request(
+        &mut self,
+        req: &Request,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Reply, ControlError> {
+        self.sock.send(&req.encode(), fds)?;
+        let (n, _fds) = self.sock.recv(&mut self.buf)?;
+        if n == 0 {
+            return Err(ControlError::Disconnected);
+        }
+        match Reply::decode(&self.buf[..n]).map_err(|e| ControlError::Protocol(e.to_string()))? {
+            Reply::Error { code, message } => Err(ControlError::Refused { code, message }),
+            r => Ok(r),
+        }
+    }
+
+    pub fn info(&mut self) -> Result<HostInfo, ControlError> {
+        match self.request(&Request::Info, &[])? {
+            Reply::Info { mac, addrs, mtu } => Ok(HostInfo { mac, addrs, mtu }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a segment, has the multiplexer serve it, and returns the
+    /// endpoint's id and the application's side of it.
+    pub fn create_endpoint(
+        &mut self,
+        config: &SegmentConfig,
+    ) -> Result<(u32, AppEndpoint), ControlError> {
+        let seg = Segment::create(config).map_err(|e| ControlError::Io(io::Error::other(e)))?;
+        let bells = Doorbells::new()?;
+        let (app_rx, app_tx) = bells.app.fds();
+        let (mux_rx, mux_tx) = bells.mux.fds();
+        let fds = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx];
+        match self.request(&Request::CreateEndpoint, &fds)? {
+            Reply::Endpoint { endpoint } => Ok((endpoint, seg.into_app(bells))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn destroy_endpoint(&mut self, endpoint: u32) -> Result<(), ControlError> {
+        self.expect_ok(&Request::DestroyEndpoint { endpoint })
+    }
+
+    /// Binds a UDP ([`PROTO_UDP`]) or TCP ([`PROTO_TCP`]) channel; returns
+    /// the channel and the port (the one allocated when `local_port` is 0).
+    pub fn bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> Result<(u32, u16), ControlError> {
+        match self.request(
+            &Request::BindSocket {
+                endpoint,
+                proto,
+                local_addr: local.0,
+                local_port: local.1,
+                remote,
+            },
+            &[],
+        )? {
+            Reply::Bound { channel, port } => Ok((channel, port)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Binds a channel to raw filters (DPF text; the channel receives what
+    /// any of them accepts) and a transmit template.
+    pub fn bind_channel(
+        &mut self,
+        endpoint: u32,
+        filters: &[String],
+        template: &[WireField],
+    ) -> Result<u32, ControlError> {
+        match self.request(
+            &Request::BindChannel {
+                endpoint,
+                filters: filters.to_vec(),
+                template: template.to_vec(),
+            },
+            &[],
+        )? {
+            Reply::Bound { channel, .. } => Ok(channel),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn unbind(&mut self, channel: u32) -> Result<(), ControlError> {
+        self.expect_ok(&Request::Unbind { channel })
+    }
+
+    /// Holds a port for channels bound with raw filters (0: ephemeral).
+    pub fn allocate_port(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        port: u16,
+    ) -> Result<u16, ControlError> {
+        match self.request(
+            &Request::AllocatePort {
+                endpoint,
+                proto,
+                port,
+            },
+            &[],
+        )? {
+            Reply::Port { port } => Ok(port),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn release_port(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        port: u16,
+    ) -> Result<(), ControlError> {
+        self.expect_ok(&Request::ReleasePort {
+            endpoint,
+            proto,
+            port,
+        })
+    }
+
+    pub fn set_weight(&mut self, endpoint: u32, weight: u32) -> Result<(), ControlError> {
+        self.expect_ok(&Request::SetWeight { endpoint, weight })
+    }
+
+    /// The MAC of `ip` if the multiplexer's ARP cache has it; otherwise it
+    /// sends a request and this returns `None`: ask again shortly.
+    pub fn resolve(&mut self, ip: Ipv4Addr) -> Result<Option<[u8; 6]>, ControlError> {
+        match self.request(&Request::Resolve { ip }, &[])? {
+            Reply::Mac(m) => Ok(m),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every counter record, all pages.
+    pub fn stats(&mut self) -> Result<Vec<Record>, ControlError> {
+        let mut all = Vec::new();
+        loop {
+            match self.request(
+                &Request::Stats {
+                    from: all.len() as u32,
+                },
+                &[],
+            )? {
+                Reply::Stats { records, more } => {
+                    let got = records.len();
+                    all.extend(records);
+                    if !more || got == 0 {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
+    }
+
+    /// Whether the multiplexer is still there.
+    pub fn is_connected(&self) -> bool {
+        !self.sock.peer_closed()
+    }
+
+    /// Sleeps until the endpoint has work (`ready`, re-checked after the
+    /// wake-up flag is set), `timeout` passes, or the multiplexer goes away
+    /// ([`ControlError::Disconnected`]). Returns whether there may be work.
+    pub fn wait(
+        &self,
+        ep: &AppEndpoint,
+        timeout: Option<Duration>,
+        ready: impl FnOnce() -> bool,
+    ) -> Result<bool, ControlError> {
+        ep.wake.announce_sleep();
+        if ready() {
+            ep.wake.end_sleep();
+            return Ok(true);
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: ep.wake.doorbell().as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // SAFETY: two live pollfds for the call's duration.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        ep.wake.end_sleep();
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(true)
+            } else {
+                Err(e.into())
+            };
+        }
+        if fds[1].revents != 0 {
+            return Err(ControlError::Disconnected);
+        }
+        if fds[0].revents != 0 {
+            ep.wake.doorbell().wait(Some(Duration::ZERO))?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn expect_ok(&mut self, req: &Request) -> Result<(), ControlError> {
+        match self.request(req, &[])? {
+            Reply::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(r: Reply) -> ControlError {
+    ControlError::Protocol(format!("unexpected reply {r:?}"))
+}
