@@ -75,6 +75,24 @@ pub struct HostStats {
     pub ns: u64,
 }
 
+impl HostStats {
+    /// Every counter with its name, for `exonet stats`.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("arp_replies_sent", self.arp_replies_sent),
+            ("arp_requests_sent", self.arp_requests_sent),
+            ("arp_learned", self.arp_learned),
+            ("echo_replies", self.echo_replies),
+            ("tcp_resets", self.tcp_resets),
+            ("udp_unreachables", self.udp_unreachables),
+            ("rate_limited", self.rate_limited),
+            ("unmatched_dropped", self.unmatched_dropped),
+            ("queue_dropped", self.queue_dropped),
+            ("ns", self.ns),
+        ]
+    }
+}
+
 /// A token bucket: `rate` tokens a second, at most `burst`.
 #[derive(Clone, Debug)]
 pub struct TokenBucket {

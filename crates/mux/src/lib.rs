@@ -33,6 +33,7 @@
 //! filters and templates of unprivileged endpoints that could receive or
 //! send what is not theirs ([`Mux::bind_channel`]).
 
+pub mod control;
 pub mod host;
 pub mod registry;
 pub mod template;
@@ -41,13 +42,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
 use exonet_link::Link;
 use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
 
+pub use control::{Daemon, DaemonConfig, StopHandle};
 pub use host::{HostConfig, HostStats, TokenBucket};
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
@@ -205,9 +207,11 @@ pub struct EndpointStats {
     /// Times a ring index from the application was impossible (a hostile or
     /// broken peer); the ring is skipped for that round.
     pub ring_errors: u64,
-    /// Nanoseconds spent receiving for it (its share of classification,
-    /// handler, copy).
+    /// Nanoseconds spent receiving for it: its share of classification,
+    /// and its handlers.
     pub rx_ns: u64,
+    /// Nanoseconds spent copying received frames into its segment.
+    pub copy_ns: u64,
     /// Nanoseconds spent transmitting for it (reading, copying, checking,
     /// sending).
     pub tx_ns: u64,
@@ -223,6 +227,73 @@ impl EndpointStats {
     pub fn tx_dropped(&self) -> u64 {
         self.tx_bad_desc + self.tx_bad_channel + self.tx_template_mismatch + self.tx_link_error
     }
+
+    /// Every counter with its name, for `exonet stats`.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("rx_frames", self.rx_frames),
+            ("rx_bytes", self.rx_bytes),
+            ("rx_consumed", self.rx_consumed),
+            ("rx_no_buffer", self.rx_no_buffer),
+            ("rx_ring_full", self.rx_ring_full),
+            ("rx_too_long", self.rx_too_long),
+            ("free_bad_desc", self.free_bad_desc),
+            ("tx_frames", self.tx_frames),
+            ("tx_bytes", self.tx_bytes),
+            ("tx_bad_desc", self.tx_bad_desc),
+            ("tx_bad_channel", self.tx_bad_channel),
+            ("tx_template_mismatch", self.tx_template_mismatch),
+            ("tx_link_error", self.tx_link_error),
+            ("ring_errors", self.ring_errors),
+            ("rx_ns", self.rx_ns),
+            ("copy_ns", self.copy_ns),
+            ("tx_ns", self.tx_ns),
+        ]
+    }
+}
+
+impl ChannelStats {
+    /// Every counter with its name, for `exonet stats`.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("rx_frames", self.rx_frames),
+            ("rx_bytes", self.rx_bytes),
+            ("rx_consumed", self.rx_consumed),
+            ("rx_dropped", self.rx_dropped),
+            ("tx_frames", self.tx_frames),
+            ("tx_bytes", self.tx_bytes),
+            ("tx_template_mismatch", self.tx_template_mismatch),
+        ]
+    }
+}
+
+/// Counters of one channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// Frames its filter accepted, and their bytes.
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    /// Of those, frames its handler consumed.
+    pub rx_consumed: u64,
+    /// Of those, frames dropped on delivery (the endpoint's drop counters
+    /// say why).
+    pub rx_dropped: u64,
+    /// Frames sent on it, and their bytes.
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    /// Frames on it that failed its template.
+    pub tx_template_mismatch: u64,
+}
+
+/// A snapshot of one channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelSnapshot {
+    pub id: ChannelId,
+    pub endpoint: EndpointId,
+    /// Its filters in DPF text, `" || "` between them.
+    pub filter: String,
+    pub has_handler: bool,
+    pub stats: ChannelStats,
 }
 
 /// A snapshot of one endpoint.
@@ -240,6 +311,8 @@ pub struct EndpointSnapshot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MuxStats {
     pub endpoints: Vec<EndpointSnapshot>,
+    pub channels: Vec<ChannelSnapshot>,
+    pub link: exonet_link::LinkStats,
     pub host: HostStats,
     /// Received frames no filter accepted (the host looked at them).
     pub rx_unmatched: u64,
@@ -262,6 +335,9 @@ struct Endpoint {
 struct Channel {
     endpoint: EndpointId,
     filter: FilterId,
+    /// The filters as installed, for stats.
+    text: String,
+    stats: ChannelStats,
     template: Template,
     handler: Option<Box<dyn Handler>>,
     /// The port hold a socket channel took, released with the channel.
@@ -418,11 +494,18 @@ impl Mux {
     ) -> Result<ChannelId, MuxError> {
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
+        let text = filters
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>()
+            .join(" || ");
         self.channels.insert(
             id.0,
             Channel {
                 endpoint: ep,
                 filter,
+                text,
+                stats: ChannelStats::default(),
                 template,
                 handler: None,
                 port,
@@ -523,6 +606,13 @@ impl Mux {
         Ok(())
     }
 
+    /// The channels of an endpoint.
+    pub fn channels_of(&self, ep: EndpointId) -> Vec<ChannelId> {
+        self.endpoints
+            .get(&ep)
+            .map_or_else(Vec::new, |e| e.channels.clone())
+    }
+
     /// The endpoint a channel belongs to.
     pub fn channel_owner(&self, ch: ChannelId) -> Option<EndpointId> {
         self.channels.get(&ch.0).map(|c| c.endpoint)
@@ -547,6 +637,11 @@ impl Mux {
         self.endpoints.get(&id).map(|e| e.stats)
     }
 
+    /// Counters of one channel.
+    pub fn channel_stats(&self, ch: ChannelId) -> Option<ChannelStats> {
+        self.channels.get(&ch.0).map(|c| c.stats)
+    }
+
     /// A snapshot of every counter.
     pub fn stats(&self) -> MuxStats {
         MuxStats {
@@ -562,6 +657,22 @@ impl Mux {
                     stats: e.stats,
                 })
                 .collect(),
+            channels: {
+                let mut v: Vec<ChannelSnapshot> = self
+                    .channels
+                    .iter()
+                    .map(|(&id, c)| ChannelSnapshot {
+                        id: ChannelId(id),
+                        endpoint: c.endpoint,
+                        filter: c.text.clone(),
+                        has_handler: c.handler.is_some(),
+                        stats: c.stats,
+                    })
+                    .collect();
+                v.sort_by_key(|c| c.id);
+                v
+            },
+            link: self.link.stats(),
             host: self.host.stats,
             rx_unmatched: self.rx_unmatched,
             rx_truncated: self.rx_truncated,
@@ -616,6 +727,12 @@ impl Mux {
     /// Sleeps until the link or an endpoint's doorbell is readable, or
     /// `max` passes. Returns whether something became readable.
     pub fn wait(&mut self, max: Duration) -> io::Result<bool> {
+        self.wait_also(max, &[])
+    }
+
+    /// [`wait`](Self::wait), also waking when one of `extra` is readable
+    /// (a control queue, a stop signal); draining those is the caller's job.
+    pub fn wait_also(&mut self, max: Duration, extra: &[BorrowedFd<'_>]) -> io::Result<bool> {
         // Tell every application we sleep (so its kick rings our doorbell),
         // then look once more: work published before the flag was seen
         // would otherwise wait for the timeout.
@@ -623,7 +740,11 @@ impl Mux {
             e.ep.wake.announce_sleep();
         }
         let ready = self.endpoints.values().any(|e| e.ep.tx.has_pending());
-        let r = if ready { Ok(true) } else { self.block(max) };
+        let r = if ready {
+            Ok(true)
+        } else {
+            self.block(max, extra)
+        };
         for e in self.endpoints.values() {
             e.ep.wake.end_sleep();
         }
@@ -631,15 +752,16 @@ impl Mux {
     }
 
     /// The blocking half of [`wait`](Self::wait).
-    fn block(&mut self, max: Duration) -> io::Result<bool> {
+    fn block(&mut self, max: Duration, extra: &[BorrowedFd<'_>]) -> io::Result<bool> {
         let timeout = self.link.poll_timeout().map_or(max, |t| t.min(max));
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.endpoints.len() + 1);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.endpoints.len() + extra.len() + 1);
         let events = |fd| libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
         };
+        fds.extend(extra.iter().map(|fd| events(fd.as_raw_fd())));
         if let Some(fd) = self.link.as_raw_fd() {
             fds.push(events(fd));
         }
@@ -732,17 +854,35 @@ impl Mux {
             let Some(e) = self.endpoints.get_mut(&ch.endpoint) else {
                 continue;
             };
+            ch.stats.rx_frames += 1;
+            ch.stats.rx_bytes += frame.len() as u64;
             let verdict = match &mut ch.handler {
                 Some(h) => h.on_frame(frame),
                 None => HandlerVerdict::Deliver,
             };
-            match verdict {
-                HandlerVerdict::Consumed => e.stats.rx_consumed += 1,
-                HandlerVerdict::Deliver => deliver(e, chan, frame, self.config.free_retries),
-            }
-            let t = Instant::now();
+            // `t`: the handler is done; `end`: so is the copy.
+            let (t, end) = match verdict {
+                HandlerVerdict::Consumed => {
+                    e.stats.rx_consumed += 1;
+                    ch.stats.rx_consumed += 1;
+                    let t = Instant::now();
+                    (t, t)
+                }
+                HandlerVerdict::Deliver => {
+                    let t = if ch.handler.is_some() {
+                        Instant::now()
+                    } else {
+                        now
+                    };
+                    if !deliver(e, chan, frame, self.config.free_retries) {
+                        ch.stats.rx_dropped += 1;
+                    }
+                    (t, Instant::now())
+                }
+            };
             e.stats.rx_ns += t.duration_since(now).as_nanos() as u64 + demux_share;
-            now = t;
+            e.stats.copy_ns += end.duration_since(t).as_nanos() as u64;
+            now = end;
         }
         for e in self.endpoints.values_mut() {
             if std::mem::take(&mut e.rx_moved) {
@@ -780,7 +920,7 @@ impl Mux {
                 let turn = tx_turn(
                     id,
                     e,
-                    &self.channels,
+                    &mut self.channels,
                     &mut *self.link,
                     &mut self.tx_buf,
                     &mut budget,
@@ -813,8 +953,9 @@ impl Mux {
     }
 }
 
-/// Delivers one frame to an endpoint's rx ring.
-fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
+/// Delivers one frame to an endpoint's rx ring; false if it was dropped
+/// (counted in the endpoint's stats).
+fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> bool {
     let ep = &mut e.ep;
     if frame.len() <= INLINE_MAX && ep.rx.has_inline() {
         match ep.rx.push_inline(channel, frame) {
@@ -822,26 +963,27 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
                 e.stats.rx_frames += 1;
                 e.stats.rx_bytes += frame.len() as u64;
                 e.rx_moved = true;
+                return true;
             }
             Ok(false) => e.stats.rx_ring_full += 1,
             Err(_) => e.stats.ring_errors += 1,
         }
-        return;
+        return false;
     }
     let layout = *ep.frames.layout();
     if frame.len() > layout.frame_size() as usize {
         e.stats.rx_too_long += 1;
-        return;
+        return false;
     }
     match ep.rx.reserve(1) {
         Ok(0) => {
             e.stats.rx_ring_full += 1;
-            return;
+            return false;
         }
         Ok(_) => {}
         Err(_) => {
             e.stats.ring_errors += 1;
-            return;
+            return false;
         }
     }
     let mut tries = 0;
@@ -855,16 +997,16 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
                 tries += 1;
                 if tries > free_retries {
                     e.stats.rx_no_buffer += 1;
-                    return;
+                    return false;
                 }
             }
             Ok(None) => {
                 e.stats.rx_no_buffer += 1;
-                return;
+                return false;
             }
             Err(_) => {
                 e.stats.ring_errors += 1;
-                return;
+                return false;
             }
         }
     };
@@ -872,7 +1014,7 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
         // Unreachable after `validate_buffer` and the length check; the
         // buffer is lost to the application, as any misuse would lose it.
         e.stats.free_bad_desc += 1;
-        return;
+        return false;
     }
     ep.rx
         .write(0, Desc::buffer(offset, frame.len() as u32, channel));
@@ -880,6 +1022,7 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) {
     e.stats.rx_frames += 1;
     e.stats.rx_bytes += frame.len() as u64;
     e.rx_moved = true;
+    true
 }
 
 #[derive(Default)]
@@ -897,7 +1040,7 @@ struct Turn {
 fn tx_turn(
     id: EndpointId,
     e: &mut Endpoint,
-    channels: &HashMap<u32, Channel>,
+    channels: &mut HashMap<u32, Channel>,
     link: &mut dyn Link,
     buf: &mut [u8],
     budget: &mut usize,
@@ -955,10 +1098,11 @@ fn tx_turn(
                 e.ep.frames.read(d, buf).unwrap_or_default()
             };
             let frame = &buf[..len];
-            match channels.get(&d.channel) {
+            match channels.get_mut(&d.channel) {
                 Some(ch) if ch.endpoint == id => {
                     if !ch.template.matches(frame) {
                         e.stats.tx_template_mismatch += 1;
+                        ch.stats.tx_template_mismatch += 1;
                     } else if frame.len() < exonet_link::MIN_FRAME_LEN
                         || frame.len() > link.max_frame_len()
                     {
@@ -974,6 +1118,8 @@ fn tx_turn(
                                 rejected = false;
                                 e.stats.tx_frames += 1;
                                 e.stats.tx_bytes += len as u64;
+                                ch.stats.tx_frames += 1;
+                                ch.stats.tx_bytes += len as u64;
                                 turn.sent += 1;
                             }
                             Err(err) => {

@@ -1,0 +1,724 @@
+//! The control server and the daemon loop (DESIGN.md "Control";
+//! Thekkath et al. §III-D, the registry server).
+//!
+//! A control thread accepts applications on a Unix `SOCK_SEQPACKET` socket,
+//! learns each peer's uid from `SO_PEERCRED`, decodes requests and queues
+//! them for the multiplexer thread, which runs them between two batches
+//! ([`Daemon::run`]) and answers. Nothing in a request is trusted: the
+//! endpoint or channel it names must belong to the connection that sends
+//! it, the segment is validated when mapped, the doorbells must be datagram
+//! sockets, and each connection has limits. An application's endpoints,
+//! channels and ports live as long as its connection: when the socket
+//! closes (exit, crash, `kill -9`), the daemon reclaims all of it.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use exonet_dpf::Filter;
+use exonet_shm::control::{
+    ErrorCode, PeerCred, Record, Reply, Request, SeqListener, SeqPacket, CONTROL_VERSION,
+    MAX_MESSAGE, STATS_PAGE,
+};
+use exonet_shm::{Doorbell, Doorbells, Segment};
+
+use crate::{ChannelId, ChannelSpec, EndpointId, Mux, MuxError, Proto, RunConfig, Template};
+
+/// How the daemon serves its socket.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    pub socket: PathBuf,
+    /// File mode of the socket: who may connect (the registry decides what
+    /// each may do).
+    pub mode: u32,
+    /// The host's addresses with their prefix lengths, as told to
+    /// applications.
+    pub prefixes: Vec<(Ipv4Addr, u8)>,
+    pub run: RunConfig,
+    /// Most endpoints one connection may hold.
+    pub max_endpoints: usize,
+    /// Most channels one connection may hold.
+    pub max_channels: usize,
+    /// Largest segment the daemon maps for one endpoint.
+    pub max_segment_bytes: u64,
+    /// Most connections at once.
+    pub max_connections: usize,
+}
+
+impl DaemonConfig {
+    pub fn new(socket: PathBuf, prefixes: Vec<(Ipv4Addr, u8)>) -> DaemonConfig {
+        DaemonConfig {
+            socket,
+            mode: 0o666,
+            prefixes,
+            run: RunConfig::default(),
+            max_endpoints: 64,
+            max_channels: 4096,
+            max_segment_bytes: 1 << 30,
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Stops a running [`Daemon`] from another thread (or a signal handler's
+/// thread).
+#[derive(Clone)]
+pub struct StopHandle {
+    stop: Arc<AtomicBool>,
+    bell: Arc<Doorbell>,
+}
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Ringing cannot block; failing only delays the stop by one
+        // latency bound.
+        let _ = self.bell.signal();
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+}
+
+struct Job {
+    conn: u64,
+    kind: JobKind,
+}
+
+enum JobKind {
+    Request {
+        cred: PeerCred,
+        req: Request,
+        fds: Vec<OwnedFd>,
+        reply: mpsc::SyncSender<Reply>,
+    },
+    Closed,
+}
+
+/// What one connection holds.
+#[derive(Default)]
+struct Holdings {
+    pid: i32,
+    endpoints: Vec<EndpointId>,
+    channels: usize,
+}
+
+/// The multiplexer serving applications over its control socket.
+pub struct Daemon {
+    mux: Mux,
+    config: DaemonConfig,
+    jobs: mpsc::Receiver<Job>,
+    /// Rung by the control thread after queueing a job, and by a stop.
+    bell: Arc<Doorbell>,
+    stop: StopHandle,
+    conns: HashMap<u64, Holdings>,
+    control: Option<JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Listens on `config.socket` (replacing a stale socket file, refusing
+    /// a live one) and starts the control thread.
+    pub fn bind(mux: Mux, config: DaemonConfig) -> io::Result<Daemon> {
+        if let Some(dir) = config.socket.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        let listener = SeqListener::bind(&config.socket)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&config.socket, std::fs::Permissions::from_mode(config.mode))?;
+        }
+        listener.set_nonblocking(true)?;
+        let bell = Arc::new(Doorbell::new()?);
+        let stop = StopHandle {
+            stop: Arc::new(AtomicBool::new(false)),
+            bell: bell.clone(),
+        };
+        let (tx, jobs) = mpsc::channel();
+        let thread_stop = stop.clone();
+        let thread_bell = bell.clone();
+        let max_connections = config.max_connections;
+        let control = std::thread::Builder::new()
+            .name("exonet-control".into())
+            .spawn(move || control_loop(listener, tx, thread_bell, thread_stop, max_connections))?;
+        Ok(Daemon {
+            mux,
+            config,
+            jobs,
+            bell,
+            stop,
+            conns: HashMap::new(),
+            control: Some(control),
+        })
+    }
+
+    pub fn mux(&self) -> &Mux {
+        &self.mux
+    }
+
+    pub fn mux_mut(&mut self) -> &mut Mux {
+        &mut self.mux
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.config.socket
+    }
+
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Runs the multiplexer and serves requests until stopped: busy-polls
+    /// while there is work, and after `run.idle_spins` empty rounds sleeps
+    /// on the link, the endpoints' doorbells and the control queue for at
+    /// most `run.latency`.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut idle = 0u32;
+        while !self.stop.stopped() {
+            let work = self.serve_jobs() + self.mux.poll()?;
+            if work > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < self.config.run.idle_spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            idle = 0;
+            let bell = self.bell.clone();
+            self.mux
+                .wait_also(self.config.run.latency, &[bell.as_fd()])?;
+            // Jobs are taken from the queue, not counted by rings.
+            let _ = bell.drain();
+        }
+        Ok(())
+    }
+
+    /// Runs every queued job; returns how many.
+    pub fn serve_jobs(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok(job) = self.jobs.try_recv() {
+            n += 1;
+            match job.kind {
+                JobKind::Closed => self.reclaim(job.conn),
+                JobKind::Request {
+                    cred,
+                    req,
+                    fds,
+                    reply,
+                } => {
+                    let r = match self.execute(job.conn, cred, req, fds) {
+                        Ok(r) => r,
+                        Err((code, message)) => Reply::Error { code, message },
+                    };
+                    // The control thread may have given up waiting; then
+                    // nobody wants the answer.
+                    let _ = reply.send(r);
+                }
+            }
+        }
+        n
+    }
+
+    /// Everything a closed connection held goes back.
+    fn reclaim(&mut self, conn: u64) {
+        if let Some(h) = self.conns.remove(&conn) {
+            for ep in h.endpoints {
+                // Present unless already destroyed, which removed it here.
+                let _ = self.mux.remove_endpoint(ep);
+            }
+        }
+    }
+
+    fn owned(&self, conn: u64, endpoint: u32) -> Result<EndpointId, (ErrorCode, String)> {
+        let ep = EndpointId(endpoint);
+        match self.conns.get(&conn) {
+            Some(h) if h.endpoints.contains(&ep) => Ok(ep),
+            _ => Err((
+                ErrorCode::NoSuchEndpoint,
+                format!("no endpoint {endpoint} on this connection"),
+            )),
+        }
+    }
+
+    fn execute(
+        &mut self,
+        conn: u64,
+        cred: PeerCred,
+        req: Request,
+        fds: Vec<OwnedFd>,
+    ) -> Result<Reply, (ErrorCode, String)> {
+        let holdings = self.conns.entry(conn).or_insert_with(|| Holdings {
+            pid: cred.pid,
+            ..Holdings::default()
+        });
+        let (n_endpoints, n_channels) = (holdings.endpoints.len(), holdings.channels);
+        if !matches!(req, Request::CreateEndpoint) && !fds.is_empty() {
+            return Err(bad("descriptors on a request that takes none"));
+        }
+        match req {
+            // Answered by the control thread.
+            Request::Hello { .. } => Ok(Reply::Hello {
+                version: CONTROL_VERSION,
+            }),
+            Request::Info => Ok(Reply::Info {
+                mac: self.mux.mac(),
+                addrs: self.config.prefixes.clone(),
+                mtu: self.mux.link().max_frame_len() as u32,
+            }),
+            Request::CreateEndpoint => {
+                if n_endpoints >= self.config.max_endpoints {
+                    return Err((ErrorCode::Limit, "too many endpoints".into()));
+                }
+                let ep = self.open_endpoint(fds)?;
+                let id = self.mux.add_endpoint(ep, cred.uid, cred.uid == 0);
+                self.holdings(conn).endpoints.push(id);
+                Ok(Reply::Endpoint { endpoint: id.0 })
+            }
+            Request::DestroyEndpoint { endpoint } => {
+                let ep = self.owned(conn, endpoint)?;
+                let channels = self.mux.channels_of(ep).len();
+                self.mux.remove_endpoint(ep).map_err(refused)?;
+                let h = self.holdings(conn);
+                h.endpoints.retain(|&e| e != ep);
+                h.channels = h.channels.saturating_sub(channels);
+                Ok(Reply::Ok)
+            }
+            Request::BindSocket {
+                endpoint,
+                proto,
+                local_addr,
+                local_port,
+                remote,
+            } => {
+                let ep = self.owned(conn, endpoint)?;
+                if n_channels >= self.config.max_channels {
+                    return Err((ErrorCode::Limit, "too many channels".into()));
+                }
+                let proto = proto_of(proto)?;
+                let (ch, port) = self
+                    .mux
+                    .bind_socket(
+                        ep,
+                        ChannelSpec {
+                            proto,
+                            local_addr,
+                            local_port,
+                            remote,
+                        },
+                    )
+                    .map_err(refused)?;
+                self.holdings(conn).channels += 1;
+                Ok(Reply::Bound {
+                    channel: ch.0,
+                    port,
+                })
+            }
+            Request::BindChannel {
+                endpoint,
+                filters,
+                template,
+            } => {
+                let ep = self.owned(conn, endpoint)?;
+                if n_channels >= self.config.max_channels {
+                    return Err((ErrorCode::Limit, "too many channels".into()));
+                }
+                let filters = filters
+                    .iter()
+                    .map(|f| Filter::from_str(f))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| (ErrorCode::BadFilter, format!("filter: {e}")))?;
+                let template = template.iter().fold(Template::new(), |t, f| {
+                    t.masked(f.offset as usize, &f.bytes, &f.mask)
+                });
+                let ch = self
+                    .mux
+                    .bind_channel(ep, &filters, template)
+                    .map_err(refused)?;
+                self.holdings(conn).channels += 1;
+                Ok(Reply::Bound {
+                    channel: ch.0,
+                    port: 0,
+                })
+            }
+            Request::Unbind { channel } => {
+                let ch = ChannelId(channel);
+                match self.mux.channel_owner(ch) {
+                    Some(ep) if self.owned(conn, ep.0).is_ok() => {}
+                    _ => {
+                        return Err((
+                            ErrorCode::NoSuchChannel,
+                            format!("no channel {channel} on this connection"),
+                        ))
+                    }
+                }
+                self.mux.unbind_channel(ch).map_err(refused)?;
+                let h = self.holdings(conn);
+                h.channels = h.channels.saturating_sub(1);
+                Ok(Reply::Ok)
+            }
+            Request::AllocatePort {
+                endpoint,
+                proto,
+                port,
+            } => {
+                let ep = self.owned(conn, endpoint)?;
+                let port = self
+                    .mux
+                    .allocate_port(ep, proto_of(proto)?, port)
+                    .map_err(refused)?;
+                Ok(Reply::Port { port })
+            }
+            Request::ReleasePort {
+                endpoint,
+                proto,
+                port,
+            } => {
+                let ep = self.owned(conn, endpoint)?;
+                if self.mux.release_port(ep, proto_of(proto)?, port) {
+                    Ok(Reply::Ok)
+                } else {
+                    Err((ErrorCode::NotPermitted, format!("port {port} is not held")))
+                }
+            }
+            Request::SetWeight { endpoint, weight } => {
+                let ep = self.owned(conn, endpoint)?;
+                // A weight is a share of the link taken from the others:
+                // policy, so root's alone.
+                if cred.uid != 0 && weight != 1 {
+                    return Err((
+                        ErrorCode::NotPermitted,
+                        "only root sets transmit weights".into(),
+                    ));
+                }
+                self.mux.set_weight(ep, weight).map_err(refused)?;
+                Ok(Reply::Ok)
+            }
+            Request::Resolve { ip } => match self.mux.resolve(ip) {
+                Ok(mac) => Ok(Reply::Mac(mac)),
+                Err(e) => Err((ErrorCode::Unavailable, format!("ARP request: {e}"))),
+            },
+            Request::Stats { from } => {
+                let all = self.records();
+                let from = (from as usize).min(all.len());
+                let to = (from + STATS_PAGE).min(all.len());
+                Ok(Reply::Stats {
+                    more: to < all.len(),
+                    records: all[from..to].to_vec(),
+                })
+            }
+        }
+    }
+
+    fn holdings(&mut self, conn: u64) -> &mut Holdings {
+        self.conns.entry(conn).or_default()
+    }
+
+    /// Maps a segment sent by an application: the memfd and the two ends
+    /// of both doorbells.
+    fn open_endpoint(
+        &self,
+        fds: Vec<OwnedFd>,
+    ) -> Result<exonet_shm::MuxEndpoint, (ErrorCode, String)> {
+        let Ok([memfd, app_rx, app_tx, mux_rx, mux_tx]) = <[OwnedFd; 5]>::try_from(fds) else {
+            return Err((
+                ErrorCode::BadSegment,
+                "an endpoint takes five descriptors: memfd and two doorbells".into(),
+            ));
+        };
+        let seg_err = |e: &dyn std::fmt::Display| (ErrorCode::BadSegment, e.to_string());
+        let seg = Segment::open(memfd).map_err(|e| seg_err(&e))?;
+        if seg.layout().segment_size() > self.config.max_segment_bytes {
+            return Err((
+                ErrorCode::Limit,
+                format!(
+                    "segment of {} bytes; at most {}",
+                    seg.layout().segment_size(),
+                    self.config.max_segment_bytes
+                ),
+            ));
+        }
+        let bells = Doorbells {
+            app: Doorbell::from_fds(app_rx, app_tx).map_err(|e| seg_err(&e))?,
+            mux: Doorbell::from_fds(mux_rx, mux_tx).map_err(|e| seg_err(&e))?,
+        };
+        Ok(seg.into_mux(bells))
+    }
+
+    /// Every counter as records: the link, the host, the multiplexer, each
+    /// endpoint (labelled with its owner) and each channel (with its
+    /// filter).
+    pub fn records(&self) -> Vec<Record> {
+        let s = self.mux.stats();
+        let mut out = vec![
+            Record {
+                kind: "link".into(),
+                id: 0,
+                label: String::new(),
+                fields: link_fields(&s.link),
+            },
+            Record {
+                kind: "host".into(),
+                id: 0,
+                label: self
+                    .config
+                    .prefixes
+                    .iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                fields: named(s.host.fields()),
+            },
+            Record {
+                kind: "mux".into(),
+                id: 0,
+                label: String::new(),
+                fields: named(vec![
+                    ("rx_unmatched", s.rx_unmatched),
+                    ("rx_truncated", s.rx_truncated),
+                    ("connections", self.conns.len() as u64),
+                ]),
+            },
+        ];
+        for e in &s.endpoints {
+            let pid = self
+                .conns
+                .values()
+                .find(|h| h.endpoints.contains(&e.id))
+                .map_or(0, |h| h.pid);
+            let mut fields = named(vec![
+                ("uid", e.uid as u64),
+                ("pid", pid as u64),
+                ("privileged", e.privileged as u64),
+                ("weight", e.weight as u64),
+                ("channels", e.channels.len() as u64),
+            ]);
+            fields.extend(named(e.stats.fields()));
+            out.push(Record {
+                kind: "endpoint".into(),
+                id: e.id.0,
+                label: format!("uid {} pid {pid}", e.uid),
+                fields,
+            });
+        }
+        for c in &s.channels {
+            let mut fields = named(vec![
+                ("endpoint", c.endpoint.0 as u64),
+                ("handler", c.has_handler as u64),
+            ]);
+            fields.extend(named(c.stats.fields()));
+            let mut label = c.filter.clone();
+            if label.len() > 1000 {
+                let mut cut = 1000;
+                while !label.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                label.truncate(cut);
+                label.push('…');
+            }
+            out.push(Record {
+                kind: "channel".into(),
+                id: c.id.0,
+                label,
+                fields,
+            });
+        }
+        out
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.control.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.config.socket);
+    }
+}
+
+fn named(v: Vec<(&'static str, u64)>) -> Vec<(String, u64)> {
+    v.into_iter().map(|(n, x)| (n.to_string(), x)).collect()
+}
+
+fn link_fields(l: &exonet_link::LinkStats) -> Vec<(String, u64)> {
+    named(vec![
+        ("rx_frames", l.rx_frames),
+        ("rx_bytes", l.rx_bytes),
+        ("rx_dropped", l.rx_dropped),
+        ("tx_frames", l.tx_frames),
+        ("tx_bytes", l.tx_bytes),
+        ("tx_dropped", l.tx_dropped),
+    ])
+}
+
+fn bad(why: &str) -> (ErrorCode, String) {
+    (ErrorCode::BadRequest, why.to_string())
+}
+
+fn proto_of(n: u8) -> Result<Proto, (ErrorCode, String)> {
+    Proto::from_number(n).ok_or_else(|| bad("the registry allocates UDP and TCP ports only"))
+}
+
+fn refused(e: MuxError) -> (ErrorCode, String) {
+    let code = match &e {
+        MuxError::NoSuchEndpoint(_) => ErrorCode::NoSuchEndpoint,
+        MuxError::NoSuchChannel(_) => ErrorCode::NoSuchChannel,
+        MuxError::Filter(_) => ErrorCode::BadFilter,
+        MuxError::NotPermitted(_) => ErrorCode::NotPermitted,
+        MuxError::PortInUse { .. } => ErrorCode::PortInUse,
+        MuxError::NoPortsLeft(_) => ErrorCode::NoPortsLeft,
+        MuxError::NotOurAddress(_) => ErrorCode::NotOurAddress,
+    };
+    (code, e.to_string())
+}
+
+/// How long the control thread waits for the multiplexer to answer one
+/// request.
+const JOB_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct Conn {
+    id: u64,
+    sock: SeqPacket,
+    cred: PeerCred,
+    hello: bool,
+}
+
+/// The control thread: accepts, reads requests, hands them to the
+/// multiplexer thread and writes the answers. Every socket is non-blocking,
+/// so no application can stall it by not reading.
+fn control_loop(
+    listener: SeqListener,
+    jobs: mpsc::Sender<Job>,
+    bell: Arc<Doorbell>,
+    stop: StopHandle,
+    max_connections: usize,
+) {
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut next = 0u64;
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    while !stop.stopped() {
+        let mut fds = vec![libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        fds.extend(conns.iter().map(|c| libc::pollfd {
+            fd: c.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }));
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+        if r <= 0 {
+            continue;
+        }
+        let mut closed = Vec::new();
+        for (i, p) in fds.iter().enumerate().skip(1) {
+            if p.revents == 0 {
+                continue;
+            }
+            let c = &mut conns[i - 1];
+            if !serve_conn(c, &mut buf, &jobs, &bell) {
+                closed.push(c.id);
+            }
+        }
+        for id in closed {
+            conns.retain(|c| c.id != id);
+            let _ = jobs.send(Job {
+                conn: id,
+                kind: JobKind::Closed,
+            });
+            let _ = bell.signal();
+        }
+        if fds[0].revents != 0 {
+            while let Ok(sock) = listener.accept() {
+                let Ok(cred) = sock.peer_cred() else { continue };
+                if conns.len() >= max_connections || sock.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                conns.push(Conn {
+                    id: next,
+                    sock,
+                    cred,
+                    hello: false,
+                });
+                next += 1;
+            }
+        }
+    }
+    // Dropping `conns` closes every connection: applications see
+    // "disconnected".
+}
+
+/// Reads and answers one request; false when the connection is to be
+/// closed (the peer hung up, or broke the protocol at the socket level).
+fn serve_conn(c: &mut Conn, buf: &mut [u8], jobs: &mpsc::Sender<Job>, bell: &Doorbell) -> bool {
+    let (n, fds) = match c.sock.recv(buf) {
+        Ok((0, _)) => return false,
+        Ok(x) => x,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+            // Cut message or too many descriptors: refuse, keep serving.
+            return answer(c, &bad_reply("message too long or too many descriptors"));
+        }
+        Err(_) => return false,
+    };
+    let reply = match Request::decode(&buf[..n]) {
+        Err(e) => bad_reply(&e.to_string()),
+        Ok(Request::Hello { .. }) => {
+            c.hello = true;
+            Reply::Hello {
+                version: CONTROL_VERSION,
+            }
+        }
+        Ok(_) if !c.hello => bad_reply("say hello first"),
+        Ok(req) => {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let queued = jobs
+                .send(Job {
+                    conn: c.id,
+                    kind: JobKind::Request {
+                        cred: c.cred,
+                        req,
+                        fds,
+                        reply: tx,
+                    },
+                })
+                .is_ok();
+            let _ = bell.signal();
+            let deadline = Instant::now() + JOB_TIMEOUT;
+            match queued.then(|| rx.recv_timeout(deadline - Instant::now())) {
+                Some(Ok(r)) => r,
+                _ => Reply::Error {
+                    code: ErrorCode::Unavailable,
+                    message: "the multiplexer did not answer".into(),
+                },
+            }
+        }
+    };
+    answer(c, &reply)
+}
+
+fn bad_reply(why: &str) -> Reply {
+    Reply::Error {
+        code: ErrorCode::BadRequest,
+        message: why.to_string(),
+    }
+}
+
+/// Sends a reply; an application whose socket cannot take it (it does not
+/// read its replies) loses its connection.
+fn answer(c: &Conn, reply: &Reply) -> bool {
+    c.sock.send(&reply.encode(), &[]).is_ok()
+}

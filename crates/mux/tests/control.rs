@@ -1,0 +1,461 @@
+//! The control socket: endpoints and channels requested by applications,
+//! ownership, reclaim on close and on kill -9, hostile messages,
+//! unprivileged confinement, and "disconnected" when the daemon goes.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::*;
+use exonet_link::memwire::{self, MemWire};
+use exonet_link::Link;
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, StopHandle};
+use exonet_shm::control::{
+    Client, ControlError, ErrorCode, Record, Reply, Request, SeqPacket, WireField, PROTO_UDP,
+};
+use exonet_shm::{AppEndpoint, Desc, Segment};
+use exonet_wire::build;
+
+struct TestDaemon {
+    stop: StopHandle,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+    wire: MemWire,
+}
+
+impl TestDaemon {
+    fn start(name: &str) -> TestDaemon {
+        let path =
+            std::env::temp_dir().join(format!("exonet-test-{}-{name}.sock", std::process::id()));
+        let (a, wire) = memwire::pair().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let p = path.clone();
+        let thread = std::thread::spawn(move || {
+            let mux = Mux::new(Box::new(a), vec![HOST], MuxConfig::default());
+            let mut d = Daemon::bind(mux, DaemonConfig::new(p, vec![(HOST, 24)])).unwrap();
+            tx.send(d.stop_handle()).unwrap();
+            d.run().unwrap();
+        });
+        let stop = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        TestDaemon {
+            stop,
+            thread: Some(thread),
+            path,
+            wire,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.path).unwrap()
+    }
+
+    fn stop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn udp_to(port: u16, payload: &[u8]) -> Vec<u8> {
+    build::udp_frame(PEER_MAC, HOST_MAC, PEER, HOST, 7777, port, payload)
+}
+
+fn udp_from(sport: u16, payload: &[u8]) -> Vec<u8> {
+    build::udp_frame(HOST_MAC, PEER_MAC, HOST, PEER, sport, 7777, payload)
+}
+
+/// An endpoint with half its buffers on the free ring; returns the rest
+/// for sending.
+fn endpoint(c: &mut Client) -> (u32, AppEndpoint, Vec<u32>) {
+    let (id, mut app) = c.create_endpoint(&small_segment()).unwrap();
+    let all: Vec<u32> = app.frames.layout().buffers().collect();
+    let half = all.len() / 2;
+    for &b in &all[..half] {
+        assert!(app.free.push(Desc::buffer(b, 0, 0)).unwrap());
+    }
+    app.kick.notify_if_sleeping().unwrap();
+    (id, app, all[half..].to_vec())
+}
+
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn records(c: &mut Client, kind: &str) -> Vec<Record> {
+    c.stats()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == kind)
+        .collect()
+}
+
+fn refused(r: Result<impl std::fmt::Debug, ControlError>) -> ErrorCode {
+    match r {
+        Err(ControlError::Refused { code, .. }) => code,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn endpoint_over_the_control_socket_carries_frames() {
+    let mut d = TestDaemon::start("frames");
+    let mut c = d.client();
+    let info = c.info().unwrap();
+    assert_eq!(info.addrs, vec![(HOST, 24)]);
+    assert_eq!(info.mac, HOST_MAC.0);
+    let (ep, mut app, bufs) = endpoint(&mut c);
+    let (ch, port) = c.bind_socket(ep, PROTO_UDP, (HOST, 7000), None).unwrap();
+    assert_eq!(port, 7000);
+
+    d.wire.send_batch(&[&udp_to(7000, b"hello")]).unwrap();
+    let mut got = Vec::new();
+    until("the frame reaches the application", || {
+        c.wait(&app, Some(Duration::from_millis(50)), || {
+            app.rx.has_pending()
+        })
+        .unwrap();
+        got.extend(drain_rx(&mut app));
+        !got.is_empty()
+    });
+    assert_eq!(got, vec![(ch, udp_to(7000, b"hello"))]);
+
+    send(&mut app, bufs[0], &udp_from(7000, b"back"), ch);
+    let mut out = Vec::new();
+    until("the reply reaches the wire", || {
+        out.extend(drain_wire(&mut d.wire));
+        !out.is_empty()
+    });
+    assert_eq!(out, vec![udp_from(7000, b"back")]);
+    let eps = records(&mut c, "endpoint");
+    assert_eq!(eps.len(), 1);
+    assert_eq!(eps[0].get("rx_frames"), Some(1));
+    assert_eq!(eps[0].get("tx_frames"), Some(1));
+    let chans = records(&mut c, "channel");
+    assert_eq!(chans[0].get("rx_frames"), Some(1));
+    assert_eq!(chans[0].get("tx_frames"), Some(1));
+}
+
+#[test]
+fn requests_reach_only_what_the_connection_holds() {
+    let d = TestDaemon::start("owner");
+    let mut a = d.client();
+    let mut b = d.client();
+    let (ea, _app_a, _) = endpoint(&mut a);
+    let (cha, _) = a.bind_socket(ea, PROTO_UDP, (HOST, 7001), None).unwrap();
+    let (eb, _app_b, _) = endpoint(&mut b);
+    assert_eq!(refused(b.destroy_endpoint(ea)), ErrorCode::NoSuchEndpoint);
+    assert_eq!(refused(b.unbind(cha)), ErrorCode::NoSuchChannel);
+    assert_eq!(
+        refused(b.bind_socket(ea, PROTO_UDP, (HOST, 7002), None)),
+        ErrorCode::NoSuchEndpoint
+    );
+    assert_eq!(
+        refused(b.bind_socket(eb, PROTO_UDP, (HOST, 7001), None)),
+        ErrorCode::PortInUse
+    );
+    assert_eq!(
+        refused(b.bind_socket(eb, PROTO_UDP, (Ipv4Addr::new(10, 9, 9, 9), 7003), None)),
+        ErrorCode::NotOurAddress
+    );
+    assert_eq!(
+        refused(b.bind_channel(eb, &["nonsense".into()], &[])),
+        ErrorCode::BadFilter
+    );
+    assert_eq!(
+        refused(b.bind_socket(eb, 1, (HOST, 9), None)),
+        ErrorCode::BadRequest
+    );
+    // Unbinding frees the port for the other connection.
+    a.unbind(cha).unwrap();
+    b.bind_socket(eb, PROTO_UDP, (HOST, 7001), None).unwrap();
+    b.destroy_endpoint(eb).unwrap();
+    assert_eq!(refused(b.destroy_endpoint(eb)), ErrorCode::NoSuchEndpoint);
+}
+
+#[test]
+fn closing_the_connection_reclaims_everything() {
+    let d = TestDaemon::start("close");
+    let mut watcher = d.client();
+    {
+        let mut a = d.client();
+        let (e1, _app1, _) = endpoint(&mut a);
+        let (e2, _app2, _) = endpoint(&mut a);
+        a.bind_socket(e1, PROTO_UDP, (HOST, 7010), None).unwrap();
+        a.bind_socket(e2, PROTO_UDP, (HOST, 0), None).unwrap();
+        assert_eq!(records(&mut watcher, "endpoint").len(), 2);
+        assert_eq!(records(&mut watcher, "channel").len(), 2);
+    }
+    until("the endpoints are reclaimed", || {
+        records(&mut watcher, "endpoint").is_empty()
+    });
+    assert!(records(&mut watcher, "channel").is_empty());
+    let (e, _app, _) = endpoint(&mut watcher);
+    watcher
+        .bind_socket(e, PROTO_UDP, (HOST, 7010), None)
+        .unwrap();
+}
+
+/// A raw connection that says hello.
+fn raw(d: &TestDaemon) -> (SeqPacket, Vec<u8>) {
+    let s = SeqPacket::connect(&d.path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (s, vec![0; 70_000])
+}
+
+fn ask(s: &SeqPacket, buf: &mut [u8], bytes: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> Reply {
+    s.send(bytes, fds).unwrap();
+    let (n, _) = s.recv(buf).unwrap();
+    assert!(n > 0, "the daemon hung up");
+    Reply::decode(&buf[..n]).unwrap()
+}
+
+fn code(r: Reply) -> ErrorCode {
+    match r {
+        Reply::Error { code, .. } => code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn hostile_messages_get_errors_not_crashes() {
+    let d = TestDaemon::start("hostile");
+    let (s, mut buf) = raw(&d);
+    let info = Request::Info.encode();
+    assert_eq!(
+        code(ask(&s, &mut buf, &info, &[])),
+        ErrorCode::BadRequest,
+        "before hello"
+    );
+    let hello = Request::Hello { version: 1 }.encode();
+    assert!(matches!(
+        ask(&s, &mut buf, &hello, &[]),
+        Reply::Hello { .. }
+    ));
+    for garbage in [
+        &[0xff][..],
+        &[5, 1, 2],
+        &[6, 0, 0, 0, 0, 255, 255, 255, 255],
+    ] {
+        assert_eq!(code(ask(&s, &mut buf, garbage, &[])), ErrorCode::BadRequest);
+    }
+    // Too long for any message.
+    let big = vec![2u8; 69_000];
+    assert_eq!(code(ask(&s, &mut buf, &big, &[])), ErrorCode::BadRequest);
+    // Descriptors where none belong, and the wrong ones for an endpoint.
+    let f = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(
+        code(ask(&s, &mut buf, &info, &[f.as_fd()])),
+        ErrorCode::BadRequest
+    );
+    let create = Request::CreateEndpoint.encode();
+    assert_eq!(code(ask(&s, &mut buf, &create, &[])), ErrorCode::BadSegment);
+    let five = [f.as_fd(), f.as_fd(), f.as_fd(), f.as_fd(), f.as_fd()];
+    assert_eq!(
+        code(ask(&s, &mut buf, &create, &five)),
+        ErrorCode::BadSegment
+    );
+    // A real segment with files where the doorbells belong.
+    let seg = Segment::create(&small_segment()).unwrap();
+    let with_files = [seg.fd(), f.as_fd(), f.as_fd(), f.as_fd(), f.as_fd()];
+    assert_eq!(
+        code(ask(&s, &mut buf, &create, &with_files)),
+        ErrorCode::BadSegment
+    );
+    // A template field longer than allowed; a bind for an endpoint that is
+    // not ours.
+    let bind = Request::BindChannel {
+        endpoint: 0,
+        filters: vec![],
+        template: vec![WireField {
+            offset: 0,
+            bytes: vec![0; 65],
+            mask: vec![0; 65],
+        }],
+    }
+    .encode();
+    assert_eq!(code(ask(&s, &mut buf, &bind, &[])), ErrorCode::BadRequest);
+    let unbind = Request::Unbind { channel: 12345 }.encode();
+    assert_eq!(
+        code(ask(&s, &mut buf, &unbind, &[])),
+        ErrorCode::NoSuchChannel
+    );
+    // The connection and the daemon still serve.
+    assert!(matches!(ask(&s, &mut buf, &info, &[]), Reply::Info { .. }));
+    // An empty message reads as end of stream: that connection closes,
+    // nobody else notices.
+    s.send(&[], &[]).unwrap();
+    assert_eq!(s.recv(&mut buf).unwrap().0, 0);
+    let mut c = d.client();
+    endpoint(&mut c);
+}
+
+#[test]
+fn applications_see_disconnected_when_the_daemon_exits() {
+    let mut d = TestDaemon::start("exit");
+    let mut c = d.client();
+    let (_, app, _) = endpoint(&mut c);
+    d.stop();
+    assert!(matches!(c.info(), Err(ControlError::Disconnected)));
+    assert!(!c.is_connected());
+    assert!(matches!(
+        c.wait(&app, Some(Duration::from_secs(5)), || false),
+        Err(ControlError::Disconnected)
+    ));
+    assert!(!d.path.exists(), "the socket file is removed");
+}
+
+/// Runs `child` in a forked process (holding none of the parent's
+/// descriptors) and returns its pid.
+fn fork(child: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the child only closes descriptors, runs `child` (our code,
+    // fresh connections) and leaves with `_exit`, never returning into the
+    // test harness; glibc's malloc is fork-safe.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+            libc::_exit(code);
+        }
+        pid
+    }
+}
+
+fn reap(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
+#[test]
+fn kill_9_mid_stream_is_reclaimed_and_others_keep_being_served() {
+    let mut d = TestDaemon::start("kill9");
+    let mut other = d.client();
+    let (oe, mut oapp, _) = endpoint(&mut other);
+    let (och, _) = other
+        .bind_socket(oe, PROTO_UDP, (HOST, 7020), None)
+        .unwrap();
+
+    let path = d.path.clone();
+    let pid = fork(move || {
+        let mut c = Client::connect(&path).unwrap();
+        let (ep, mut app, bufs) = endpoint(&mut c);
+        let (ch, _) = c.bind_socket(ep, PROTO_UDP, (HOST, 7021), None).unwrap();
+        let frame = udp_from(7021, &[0x42; 200]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut i = 0;
+        // Stream until killed (bounded, should the kill never come).
+        while Instant::now() < deadline {
+            while app.completion.pop().ok().flatten().is_some() {}
+            app.frames.write(bufs[i % bufs.len()], &frame).unwrap();
+            if app
+                .tx
+                .push(Desc::buffer(bufs[i % bufs.len()], frame.len() as u32, ch))
+                .unwrap()
+            {
+                i += 1;
+            }
+            app.kick.notify_if_sleeping().unwrap();
+        }
+        0
+    });
+    let mut streamed = 0;
+    until("the child streams", || {
+        streamed += drain_wire(&mut d.wire).len();
+        streamed > 100
+    });
+    // SAFETY: kills our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let status = reap(pid);
+    assert!(libc::WIFSIGNALED(status), "the child was killed");
+    until("the killed application's endpoint is reclaimed", || {
+        records(&mut other, "endpoint").len() == 1
+    });
+    // Its port is free again, and the survivor is still served.
+    let (e2, _app2, _) = endpoint(&mut other);
+    other
+        .bind_socket(e2, PROTO_UDP, (HOST, 7021), None)
+        .unwrap();
+    d.wire.send_batch(&[&udp_to(7020, b"still here")]).unwrap();
+    let mut got = Vec::new();
+    until("the survivor receives", || {
+        got.extend(drain_rx(&mut oapp));
+        !got.is_empty()
+    });
+    assert_eq!(got, vec![(och, udp_to(7020, b"still here"))]);
+    d.stop();
+}
+
+/// An application without root gets an unprivileged endpoint: no ports
+/// below 1024, no filter or template beyond what it owns, no weights.
+#[test]
+fn unprivileged_applications_are_confined() {
+    let d = TestDaemon::start("unpriv");
+    let path = d.path.clone();
+    let checks = move || -> i32 {
+        let mut c = Client::connect(&path).unwrap();
+        let (ep, _app, _) = endpoint(&mut c);
+        let r = [
+            refused(c.bind_socket(ep, PROTO_UDP, (HOST, 80), None)),
+            refused(c.bind_channel(ep, &["12:16 == 0x800".into()], &[])),
+            refused(c.set_weight(ep, 5)),
+        ];
+        assert_eq!(r, [ErrorCode::NotPermitted; 3]);
+        c.bind_socket(ep, PROTO_UDP, (HOST, 5000), None).unwrap();
+        0
+    };
+    // SAFETY: geteuid touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        assert_eq!(checks(), 0);
+        return;
+    }
+    let pid = fork(move || {
+        // SAFETY: drops privileges in the child only.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return 2;
+            }
+        }
+        checks()
+    });
+    let status = reap(pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "unprivileged checks failed: status {status:#x}"
+    );
+}
+
+#[test]
+fn root_endpoints_may_monitor() {
+    // SAFETY: geteuid touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let d = TestDaemon::start("root");
+    let mut c = d.client();
+    let (ep, _app, _) = endpoint(&mut c);
+    c.bind_channel(ep, &["12:16 == 0x800".into()], &[]).unwrap();
+    c.set_weight(ep, 4).unwrap();
+    let eps = records(&mut c, "endpoint");
+    assert_eq!(eps[0].get("privileged"), Some(1));
+    assert_eq!(eps[0].get("weight"), Some(4));
+}
