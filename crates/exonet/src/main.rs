@@ -8,8 +8,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod daemon;
 mod demo;
 mod filter_cmd;
+mod raw_echo;
+mod stats_cmd;
 
 #[derive(Debug, Parser)]
 #[command(name = "exonet", version, about = "User-level networking for Linux")]
@@ -28,6 +31,13 @@ enum Command {
     Filter(filter_cmd::FilterArgs),
     /// Measure exonet and its peers side by side (JSON lines on stdout).
     Bench(bench::BenchArgs),
+    /// Run the multiplexer on a link and serve applications over the
+    /// control socket.
+    Daemon(daemon::DaemonArgs),
+    /// Print the daemon's counters per endpoint and per channel.
+    Stats(stats_cmd::StatsArgs),
+    /// An application that answers UDP frames on a port, raw.
+    RawEcho(raw_echo::RawEchoArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +46,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Filter(args) => filter_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Daemon(args) => daemon::run(&args),
+        Command::Stats(args) => stats_cmd::run(&args),
+        Command::RawEcho(args) => raw_echo::run(&args),
     }
 }

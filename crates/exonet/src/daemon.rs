@@ -1,0 +1,215 @@
+//! `exonet daemon`: the multiplexer as a service. It owns one link and the
+//! host's addresses and serves applications over the control socket until
+//! SIGINT or SIGTERM.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use exonet_link::{afpacket::AfPacket, afxdp, memwire, tap::Tap, Link};
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig, StopHandle};
+use exonet_shm::control::{default_socket_path, SeqListener, SeqPacket};
+
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// The link: `memwire[:RENDEZVOUS]` (an in-memory cable; the first
+    /// daemon at RENDEZVOUS creates it, the second joins), `tap:NAME`,
+    /// `afpacket:IFACE` or `afxdp:IFACE[:QUEUE]`.
+    #[arg(long)]
+    link: String,
+    /// An address of this host with its prefix length (`10.0.0.1/24`);
+    /// repeat for more.
+    #[arg(long = "ip", required = true)]
+    ips: Vec<String>,
+    /// The control socket (default: `$EXONET_SOCKET`, else
+    /// /run/exonet/control.sock for root, else $XDG_RUNTIME_DIR/exonet.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Longest sleep when idle, in microseconds: the latency bound for work
+    /// nobody signals.
+    #[arg(long, default_value_t = 1000)]
+    latency_us: u64,
+    /// Empty polls in a row before sleeping (busy-polling while there is
+    /// work).
+    #[arg(long, default_value_t = 64)]
+    idle_spins: u32,
+}
+
+/// `ADDR/LEN`.
+pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, l) = s
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}`: expected ADDR/LEN, e.g. 10.0.0.1/24"))?;
+    let addr: Ipv4Addr = a
+        .parse()
+        .map_err(|_| format!("`{a}` is not an IPv4 address"))?;
+    let len: u8 = l
+        .parse()
+        .ok()
+        .filter(|&n| n <= 32)
+        .ok_or_else(|| format!("`{l}` is not a prefix length (0..=32)"))?;
+    Ok((addr, len))
+}
+
+pub fn run(args: &DaemonArgs) -> ExitCode {
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("exonet daemon: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: &DaemonArgs) -> Result<(), String> {
+    let prefixes = args
+        .ips
+        .iter()
+        .map(|s| parse_prefix(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let addrs: Vec<Ipv4Addr> = prefixes.iter().map(|p| p.0).collect();
+    let socket = args.socket.clone().unwrap_or_else(default_socket_path);
+    // Block the stop signals before any thread starts, so that only the
+    // waiter below receives them.
+    let signals = block_stop_signals().map_err(|e| format!("signals: {e}"))?;
+    let link = open_link(&args.link, &socket)?;
+    let (mac, mtu) = (link.mac(), link.max_frame_len());
+    let mux = Mux::new(link, addrs, MuxConfig::default());
+    let mut config = DaemonConfig::new(socket.clone(), prefixes.clone());
+    config.run = RunConfig {
+        idle_spins: args.idle_spins.max(1),
+        latency: Duration::from_micros(args.latency_us.max(1)),
+    };
+    let mut daemon = Daemon::bind(mux, config)
+        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
+    wait_for_signal(signals, daemon.stop_handle());
+    eprintln!(
+        "exonet daemon: link {} (MAC {}, frames up to {mtu} bytes), addresses {}, control socket {}",
+        args.link,
+        mac.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":"),
+        prefixes
+            .iter()
+            .map(|(a, l)| format!("{a}/{l}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        socket.display()
+    );
+    let r = daemon.run().map_err(|e| format!("multiplexer: {e}"));
+    eprintln!("exonet daemon: stopped");
+    r
+}
+
+fn open_link(spec: &str, socket: &Path) -> Result<Box<dyn Link>, String> {
+    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let need = |what: &str| {
+        if rest.is_empty() {
+            Err(format!("--link {kind}:{what}: the {what} is missing"))
+        } else {
+            Ok(rest)
+        }
+    };
+    let opened: io::Result<Box<dyn Link>> = match kind {
+        "memwire" => {
+            let rendezvous = if rest.is_empty() {
+                socket.with_file_name("exonet-memwire.sock")
+            } else {
+                PathBuf::from(rest)
+            };
+            return memwire_end(&rendezvous)
+                .map_err(|e| format!("memwire at {}: {e}", rendezvous.display()));
+        }
+        "tap" => Tap::open(need("NAME")?).map(|l| Box::new(l) as Box<dyn Link>),
+        "afpacket" => AfPacket::open(need("IFACE")?).map(|l| Box::new(l) as Box<dyn Link>),
+        "afxdp" => {
+            let (iface, queue) = match need("IFACE")?.split_once(':') {
+                Some((i, q)) => (
+                    i,
+                    q.parse()
+                        .map_err(|_| format!("`{q}` is not a queue number"))?,
+                ),
+                None => (rest, 0),
+            };
+            afxdp::AfXdp::with_config(
+                iface,
+                afxdp::Config {
+                    queue,
+                    ..afxdp::Config::default()
+                },
+            )
+            .map(|l| Box::new(l) as Box<dyn Link>)
+        }
+        _ => {
+            return Err(format!(
+                "unknown link `{spec}`: use memwire[:PATH], tap:NAME, afpacket:IFACE or afxdp:IFACE[:QUEUE]"
+            ))
+        }
+    };
+    opened.map_err(|e| format!("--link {spec}: {e}"))
+}
+
+/// One end of a memwire cable shared through a rendezvous socket: joins
+/// the cable offered there, or creates one and offers its far end to the
+/// next daemon that comes.
+fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
+    if let Ok(s) = SeqPacket::connect(rendezvous) {
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = [0u8; 16];
+        let (_, fds) = s.recv(&mut buf)?;
+        let fds: [OwnedFd; 3] = fds.try_into().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the rendezvous did not send a cable",
+            )
+        })?;
+        return Ok(Box::new(memwire::FarEnd::from_fds(fds).open()?));
+    }
+    let (end, far) = memwire::cable(memwire::Config::default())?;
+    let listener = SeqListener::bind(rendezvous)?;
+    let path = rendezvous.to_path_buf();
+    std::thread::Builder::new()
+        .name("exonet-memwire".into())
+        .spawn(move || {
+            // The far end goes to the first daemon that asks; after that the
+            // rendezvous is done.
+            if let Ok(peer) = listener.accept() {
+                let fds = far.into_fds();
+                let borrowed: Vec<_> = fds.iter().map(std::os::fd::AsFd::as_fd).collect();
+                let _ = peer.send(b"cable", &borrowed);
+            }
+            let _ = std::fs::remove_file(&path);
+        })?;
+    Ok(Box::new(end))
+}
+
+fn block_stop_signals() -> io::Result<libc::sigset_t> {
+    // SAFETY: the set is initialised by sigemptyset before use; the calls
+    // take pointers to live locals only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(set)
+    }
+}
+
+/// A thread that waits for SIGINT or SIGTERM and stops the daemon.
+fn wait_for_signal(set: libc::sigset_t, stop: StopHandle) {
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is a valid signal set; `sig` is a live local.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        stop.stop();
+    });
+}

@@ -1,0 +1,194 @@
+//! `exonet daemon`, `exonet raw-echo` and `exonet stats` as separate
+//! processes: two daemons joined by a memwire cable, an echo application on
+//! one, a test application on the other, ARP resolution on the
+//! application's behalf, kill -9 of the echo application, SIGTERM.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use exonet_shm::control::{Client, PROTO_UDP};
+use exonet_shm::{Desc, SegmentConfig, INLINE_MAX};
+use exonet_wire::build;
+use exonet_wire::ethernet::MacAddr;
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+fn exonet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_exonet"))
+}
+
+/// Children killed when the test ends, however it ends.
+struct Procs(Vec<Child>, PathBuf);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn daemon(dir: &Path, name: &str, ip: &str) -> Child {
+    let sock = dir.join(format!("{name}.sock"));
+    let c = exonet()
+        .args(["daemon", "--link"])
+        .arg(format!("memwire:{}", dir.join("wire").display()))
+        .args(["--ip", ip, "--socket"])
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until("the daemon listens", || Client::connect(&sock).is_ok());
+    c
+}
+
+fn stats(sock: &Path) -> Vec<String> {
+    let out = exonet()
+        .args(["stats", "--json", "--socket"])
+        .arg(sock)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "exonet stats failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn count(lines: &[String], kind: &str) -> usize {
+    let tag = format!("\"kind\":\"{kind}\"");
+    lines.iter().filter(|l| l.contains(&tag)).count()
+}
+
+fn field(lines: &[String], kind: &str, name: &str) -> u64 {
+    let tag = format!("\"kind\":\"{kind}\"");
+    let key = format!("\"{name}\":");
+    lines
+        .iter()
+        .filter(|l| l.contains(&tag))
+        .filter_map(|l| {
+            let rest = &l[l.find(&key)? + key.len()..];
+            rest.split([',', '}']).next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[test]
+fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
+    let dir = std::env::temp_dir().join(format!("exonet-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = Procs(Vec::new(), dir.clone());
+    procs.0.push(daemon(&dir, "a", "10.0.0.1/24"));
+    procs.0.push(daemon(&dir, "b", "10.0.0.2/24"));
+    let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+    let echo = exonet()
+        .args(["raw-echo", "--port", "7", "--socket"])
+        .arg(&sa)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    procs.0.push(echo);
+    until("the echo application binds", || {
+        count(&stats(&sa), "channel") == 1
+    });
+
+    // A test application on B: resolve A through B's ARP, then ping-pong.
+    let mut c = Client::connect(&sb).unwrap();
+    let info = c.info().unwrap();
+    let (ep, mut app) = c
+        .create_endpoint(&SegmentConfig {
+            frame_size: 2048,
+            frame_count: 64,
+            ring_entries: [64; 4],
+        })
+        .unwrap();
+    let bufs: Vec<u32> = app.frames.layout().buffers().collect();
+    for &b in &bufs[..32] {
+        app.free.push(Desc::buffer(b, 0, 0)).unwrap();
+    }
+    let (ch, port) = c.bind_socket(ep, PROTO_UDP, (B, 0), None).unwrap();
+    let mut mac = None;
+    until("ARP resolves A", || {
+        mac = c.resolve(A).unwrap();
+        mac.is_some()
+    });
+    let (me, them) = (MacAddr(info.mac), MacAddr(mac.unwrap()));
+    let mut inline = [0u8; INLINE_MAX];
+    for i in 0..100u32 {
+        let payload = i.to_be_bytes();
+        let frame = build::udp_frame(me, them, B, A, port, 7, &payload);
+        assert!(app.tx.push_inline(ch, &frame).unwrap());
+        app.kick.notify_if_sleeping().unwrap();
+        let mut got = None;
+        until("the echo comes back", || {
+            if let Some(d) = app.rx.pop_frame(&mut inline).unwrap() {
+                assert!(d.is_inline());
+                got = Some(inline[..d.len as usize].to_vec());
+            }
+            got.is_some()
+        });
+        assert_eq!(
+            got.unwrap(),
+            build::udp_frame(them, me, A, B, 7, port, &payload),
+            "echo {i}"
+        );
+    }
+    let s = stats(&sa);
+    assert_eq!(field(&s, "endpoint", "tx_frames"), 100);
+    assert!(field(&s, "host", "arp_replies_sent") >= 1);
+
+    // kill -9 the echo application: A reclaims it and answers for the
+    // closed port as a host would.
+    let mut echo = procs.0.remove(2);
+    echo.kill().unwrap();
+    echo.wait().unwrap();
+    until("A reclaims the echo endpoint", || {
+        count(&stats(&sa), "endpoint") == 0
+    });
+    assert_eq!(count(&stats(&sa), "channel"), 0);
+    let frame = build::udp_frame(me, them, B, A, port, 7, b"anyone?");
+    assert!(app.tx.push_inline(ch, &frame).unwrap());
+    app.kick.notify_if_sleeping().unwrap();
+    until("A answers port unreachable", || {
+        field(&stats(&sa), "host", "udp_unreachables") >= 1
+    });
+
+    // SIGTERM stops daemon A cleanly; B's application is unaffected.
+    let mut a = procs.0.remove(0);
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    let status = a.wait().unwrap();
+    assert!(status.success(), "daemon A exits cleanly: {status}");
+    assert!(!sa.exists(), "daemon A removed its socket");
+    assert!(c.is_connected());
+}
+
+#[test]
+fn bad_command_lines_are_refused_clearly() {
+    for args in [
+        &["daemon", "--link", "bogus", "--ip", "10.0.0.1/24"][..],
+        &["daemon", "--link", "memwire", "--ip", "10.0.0.1"],
+        &["daemon", "--link", "memwire", "--ip", "10.0.0.1/33"],
+        &["daemon", "--link", "tap", "--ip", "10.0.0.1/24"],
+        &["stats", "--socket", "/nonexistent/exonet.sock"],
+    ] {
+        let out = exonet().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("exonet"), "{args:?}: {err}");
+    }
+}
