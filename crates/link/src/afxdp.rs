@@ -3,13 +3,21 @@
 //! one copy in the kernel otherwise (the kernel chooses).
 //!
 //! [`AfXdp::open`] registers the UMEM, maps the fill, completion, rx and tx rings,
-//! binds the socket to one queue of the interface, and attaches a four-instruction
-//! XDP program that redirects *every* frame arriving on that queue to the socket
-//! (falling back to the kernel stack if the socket is gone). The program stays
-//! attached through a BPF link owned by the [`AfXdp`], so it is detached when the
-//! link is dropped or the process dies. Traffic on other queues still goes to the
-//! kernel: on a multi-queue NIC, steer what exonet owns to the bound queue (or use
-//! one queue). An interface that already has an XDP program refuses the attach.
+//! binds the socket to one queue of the interface, and attaches a small hand-assembled
+//! XDP program that decides, frame by frame, between the socket and the kernel stack.
+//! With an empty [`Config::steer`] (the default) it redirects *every* frame arriving on
+//! that queue to the socket. With addresses ([`AfXdp::open_for`]) it redirects only
+//! IPv4 frames to one of them and ARP frames whose target protocol address is one of
+//! them, untagged or behind one 802.1Q tag, and passes everything else to Linux, so the
+//! host keeps its own traffic (SSH, its own ARP) on a shared interface. Frames too
+//! short to hold the field the decision needs are passed. Either way a redirect falls
+//! back to the kernel stack if the socket is gone.
+//!
+//! The program stays attached through a BPF link owned by the [`AfXdp`], so it is
+//! detached when the link is dropped or the process dies. Traffic on other queues
+//! still goes to the kernel: on a multi-queue NIC, steer what exonet owns to the bound
+//! queue (or use one queue). An interface that already has an XDP program refuses the
+//! attach.
 //!
 //! Half of the UMEM's chunks circulate between the fill and rx rings (received
 //! frames are lent from their chunk and handed back to the fill ring after the
@@ -20,6 +28,7 @@
 
 use std::io;
 use std::mem::size_of;
+use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -38,11 +47,16 @@ const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
-/// Offset of `rx_queue_index` in `struct xdp_md`.
+/// Offsets of `data`, `data_end` and `rx_queue_index` in `struct xdp_md`.
+const XDP_MD_DATA: i16 = 0;
+const XDP_MD_DATA_END: i16 = 4;
 const XDP_MD_RX_QUEUE: i16 = 16;
+/// Most addresses [`Config::steer`] takes: the XDP program compares a frame's
+/// address with each in turn.
+pub const MAX_STEER: usize = 16;
 
-/// UMEM and ring geometry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// UMEM and ring geometry, and which frames go to the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Interface queue to bind.
     pub queue: u32,
@@ -53,16 +67,21 @@ pub struct Config {
     pub frame_size: u32,
     /// Entries of each ring: a power of two, at least `frames / 2`.
     pub ring_size: u32,
+    /// exonet's addresses: only IPv4 frames to them and ARP frames asking for or
+    /// answering them go to the socket, the rest to Linux. Empty: every frame goes to
+    /// the socket. At most [`MAX_STEER`].
+    pub steer: Vec<Ipv4Addr>,
 }
 
 impl Default for Config {
-    /// Queue 0; 4096 chunks of 2048 bytes; rings of 2048 entries.
+    /// Queue 0; 4096 chunks of 2048 bytes; rings of 2048 entries; every frame.
     fn default() -> Self {
         Config {
             queue: 0,
             frames: 4096,
             frame_size: 2048,
             ring_size: 2048,
+            steer: Vec::new(),
         }
     }
 }
@@ -153,8 +172,26 @@ impl AfXdp {
         Self::with_config(ifname, Config::default())
     }
 
+    /// Opens queue 0 of `ifname` for the frames of `addrs` (see [`Config::steer`]),
+    /// leaving the rest to Linux.
+    pub fn open_for(ifname: &str, addrs: &[Ipv4Addr]) -> io::Result<AfXdp> {
+        Self::with_config(
+            ifname,
+            Config {
+                steer: addrs.to_vec(),
+                ..Config::default()
+            },
+        )
+    }
+
     /// Opens `cfg.queue` of `ifname`.
     pub fn with_config(ifname: &str, cfg: Config) -> io::Result<AfXdp> {
+        if cfg.steer.len() > MAX_STEER {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("AF_XDP steers at most {MAX_STEER} addresses"),
+            ));
+        }
         // SAFETY: plain system call, no pointers.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let ifindex = sys::if_index(ifname)?;
@@ -268,7 +305,7 @@ impl AfXdp {
         attr.put_u64(8, &key as *const u32 as u64);
         attr.put_u64(16, &value as *const u32 as u64);
         bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
-        let prog = load_redirect_program(map.as_raw_fd())?;
+        let prog = load_xdp(&assemble(map.as_raw_fd(), &cfg.steer))?;
         let mut attr = Attr::default();
         attr.put_u32(0, prog.as_raw_fd() as u32);
         attr.put_u32(4, ifindex as u32);
@@ -576,33 +613,224 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
         | u64::from(imm as u32) << 32
 }
 
-/// `return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);`
-fn load_redirect_program(map_fd: RawFd) -> io::Result<OwnedFd> {
+// eBPF opcodes used below (class | operation | source).
+const LDX_W: u8 = 0x61;
+const LDX_H: u8 = 0x69;
+const MOV_K: u8 = 0xb7;
+const MOV_X: u8 = 0xbf;
+const ADD_K: u8 = 0x07;
+const LD_IMM64: u8 = 0x18;
+const JA: u8 = 0x05;
+const JEQ_K: u8 = 0x15;
+const JNE_K: u8 = 0x55;
+const JGT_X: u8 = 0x2d;
+/// A 32-bit compare: an address in the low half of a register against a 32-bit
+/// immediate (the 64-bit one would sign-extend it).
+const JEQ32_K: u8 = 0x16;
+const CALL: u8 = 0x85;
+const EXIT: u8 = 0x95;
+
+/// Jump targets of the steering program.
+#[derive(Clone, Copy)]
+enum Label {
+    L3,
+    Ipv4,
+    Match,
+    Pass,
+    Redirect,
+}
+
+/// A program under construction whose forward jumps name labels, patched at the end.
+#[derive(Default)]
+struct Asm {
+    code: Vec<u64>,
+    labels: [usize; 5],
+    jumps: Vec<(usize, Label)>,
+}
+
+impl Asm {
+    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
+        self.code.push(insn(code, dst, src, off, imm));
+    }
+
+    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
+        self.jumps.push((self.code.len(), to));
+        self.op(code, dst, src, 0, imm);
+    }
+
+    fn label(&mut self, l: Label) {
+        self.labels[l as usize] = self.code.len();
+    }
+
+    /// `if (data + len > data_end) goto pass;` with `data` in r2 and `data_end` in r3:
+    /// the bounds check the verifier demands before any packet load below `len`.
+    fn need(&mut self, len: i32) {
+        self.op(MOV_X, 4, 2, 0, 0);
+        self.op(ADD_K, 4, 0, 0, len);
+        self.jump(JGT_X, 4, 3, 0, Label::Pass);
+    }
+
+    fn finish(mut self) -> Vec<u64> {
+        for (at, to) in self.jumps {
+            // Jump offsets count instructions from the one after the jump.
+            let off = (self.labels[to as usize] - at - 1) as u16;
+            self.code[at] = self.code[at] & !(0xffff << 16) | u64::from(off) << 16;
+        }
+        self.code
+    }
+}
+
+/// A 16-bit field as a load from the packet puts it in a register.
+fn wire16(v: u16) -> i32 {
+    i32::from(u16::from_ne_bytes(v.to_be_bytes()))
+}
+
+/// The XDP program for `xsks` (the XSKMAP) and the addresses to steer.
+///
+/// The addresses are immediates in a compare chain rather than entries of a BPF map:
+/// they are fixed for the life of the link, so there is nothing to update at run time
+/// and no second map to create, fill and keep. The chain grows with every address,
+/// hence [`MAX_STEER`]; many more addresses would want a hash map.
+///
+/// Every packet load is aligned to its size once the 2 bytes of `NET_IP_ALIGN` are
+/// counted, as the verifier counts them under strict alignment (hence 16-bit loads
+/// for the ARP check), so architectures without cheap unaligned access take it too.
+fn assemble(xsks: RawFd, steer: &[Ipv4Addr]) -> Vec<u64> {
     const BPF_PSEUDO_MAP_FD: u8 = 1;
-    let prog = [
-        insn(0x61, 2, 1, XDP_MD_RX_QUEUE, 0), // r2 = *(u32 *)(r1 + 16)
-        insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = map (two slots)
-        0,
-        insn(0xb7, 3, 0, 0, XDP_PASS), // r3 = XDP_PASS: the fallback action
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),        // exit
-    ];
+    const ETH_HLEN: i32 = 14;
+    let mut a = Asm::default();
+    if !steer.is_empty() {
+        // r1 = ctx stays for the redirect; r2 = data (moved past a VLAN tag);
+        // r3 = data_end; r4 = bound being checked; r5 = field being compared.
+        a.op(LDX_W, 2, 1, XDP_MD_DATA, 0);
+        a.op(LDX_W, 3, 1, XDP_MD_DATA_END, 0);
+        a.need(ETH_HLEN);
+        a.op(LDX_H, 5, 2, 12, 0); // EtherType
+        a.jump(JNE_K, 5, 0, wire16(0x8100), Label::L3);
+        // One 802.1Q tag: read on as if the header started 4 bytes later.
+        a.op(ADD_K, 2, 0, 0, 4);
+        a.need(ETH_HLEN);
+        a.op(LDX_H, 5, 2, 12, 0);
+        a.label(Label::L3);
+        a.jump(JEQ_K, 5, 0, wire16(0x0800), Label::Ipv4);
+        a.jump(JNE_K, 5, 0, wire16(0x0806), Label::Pass);
+        // ARP for IPv4 over Ethernet (ptype 0x0800, hlen 6, plen 4): the target
+        // protocol address, 24 bytes in.
+        a.need(ETH_HLEN + 28);
+        a.op(LDX_H, 5, 2, ETH_HLEN as i16 + 2, 0);
+        a.jump(JNE_K, 5, 0, wire16(0x0800), Label::Pass);
+        a.op(LDX_H, 5, 2, ETH_HLEN as i16 + 4, 0);
+        a.jump(JNE_K, 5, 0, wire16(0x0604), Label::Pass);
+        a.op(LDX_W, 5, 2, ETH_HLEN as i16 + 24, 0);
+        a.jump(JA, 0, 0, 0, Label::Match);
+        // IPv4: the destination address, 16 bytes into the (option-free part of
+        // the) header.
+        a.label(Label::Ipv4);
+        a.need(ETH_HLEN + 20);
+        a.op(LDX_W, 5, 2, ETH_HLEN as i16 + 16, 0);
+        a.label(Label::Match);
+        for addr in steer {
+            let imm = u32::from_ne_bytes(addr.octets()) as i32;
+            a.jump(JEQ32_K, 5, 0, imm, Label::Redirect);
+        }
+        a.label(Label::Pass);
+        a.op(MOV_K, 0, 0, 0, XDP_PASS);
+        a.op(EXIT, 0, 0, 0, 0);
+    }
+    // return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+    a.label(Label::Redirect);
+    a.op(LDX_W, 2, 1, XDP_MD_RX_QUEUE, 0);
+    a.op(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks); // two slots
+    a.code.push(0);
+    a.op(MOV_K, 3, 0, 0, XDP_PASS); // the fallback action
+    a.op(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP);
+    a.op(EXIT, 0, 0, 0, 0);
+    a.finish()
+}
+
+/// Loads an XDP program. The first try runs without a verifier log (a verbose log
+/// can overflow its buffer and fail a good program with `ENOSPC`); after a refusal
+/// the program is loaded again with the log, whose end says why. Strict alignment
+/// makes a misaligned packet load fail here, not only where it would trap.
+fn load_xdp(prog: &[u64]) -> io::Result<OwnedFd> {
+    const BPF_F_STRICT_ALIGNMENT: u32 = 1;
     let license = c"GPL";
-    let mut log = vec![0u8; 16 * 1024];
-    let mut attr = Attr::default();
-    attr.put_u32(0, BPF_PROG_TYPE_XDP);
-    attr.put_u32(4, prog.len() as u32);
-    attr.put_u64(8, prog.as_ptr() as u64);
-    attr.put_u64(16, license.as_ptr() as u64);
-    attr.put_u32(24, 1);
-    attr.put_u32(28, log.len() as u32);
-    attr.put_u64(32, log.as_mut_ptr() as u64);
-    attr.0[48..48 + 10].copy_from_slice(b"exonet_xsk");
-    attr.put_u32(68, BPF_XDP);
-    let fd = bpf(BPF_PROG_LOAD, &mut attr).map_err(|e| {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let msg = String::from_utf8_lossy(&log[..end]);
-        io::Error::new(e.kind(), format!("loading the XDP program: {e}: {msg}"))
-    })?;
-    sys::owned(fd)
+    let load = |log: &mut [u8]| {
+        let mut attr = Attr::default();
+        attr.put_u32(0, BPF_PROG_TYPE_XDP);
+        attr.put_u32(4, prog.len() as u32);
+        attr.put_u64(8, prog.as_ptr() as u64);
+        attr.put_u64(16, license.as_ptr() as u64);
+        if !log.is_empty() {
+            attr.put_u32(24, 1);
+            attr.put_u32(28, log.len() as u32);
+            attr.put_u64(32, log.as_mut_ptr() as u64);
+        }
+        attr.put_u32(44, BPF_F_STRICT_ALIGNMENT);
+        attr.0[48..48 + 10].copy_from_slice(b"exonet_xsk");
+        attr.put_u32(68, BPF_XDP);
+        bpf(BPF_PROG_LOAD, &mut attr)
+    };
+    let e = match load(&mut []) {
+        Ok(fd) => return sys::owned(fd),
+        Err(e) => e,
+    };
+    let mut log = vec![0u8; 256 * 1024];
+    // Whatever the second try returns (a truncated log is ENOSPC), the first error
+    // is the one to report; should it succeed after all, the program is good.
+    if let Ok(fd) = load(&mut log) {
+        return sys::owned(fd);
+    }
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    let msg = String::from_utf8_lossy(&log[..end]);
+    Err(io::Error::new(
+        e.kind(),
+        format!("loading the XDP program: {e}: {}", msg.trim_end()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_root() -> bool {
+        // SAFETY: no arguments, cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    #[test]
+    fn too_many_addresses_are_refused_up_front() {
+        let cfg = Config {
+            steer: vec![Ipv4Addr::new(10, 77, 0, 1); MAX_STEER + 1],
+            ..Config::default()
+        };
+        let e = AfXdp::with_config("lo", cfg).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn the_verifier_takes_every_chain_length() {
+        if !is_root() {
+            println!("skipped: needs root");
+            return;
+        }
+        let map = xskmap(1).unwrap();
+        let all: Vec<_> = (1..=MAX_STEER as u8)
+            .map(|i| Ipv4Addr::new(10, 77, 0, i))
+            .collect();
+        for n in 0..=MAX_STEER {
+            load_xdp(&assemble(map.as_raw_fd(), &all[..n])).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_refusal_tells_the_verifier_log() {
+        if !is_root() {
+            println!("skipped: needs root");
+            return;
+        }
+        // Returns without setting r0.
+        let e = load_xdp(&[insn(EXIT, 0, 0, 0, 0)]).unwrap_err();
+        assert!(e.to_string().contains("R0 !read_ok"), "{e}");
+    }
 }

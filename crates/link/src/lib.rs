@@ -11,7 +11,8 @@
 //! - [`afpacket`]: an AF_PACKET socket with mmap'ed TPACKET_V3 rings, bound to one
 //!   interface;
 //! - [`afxdp`]: an AF_XDP socket on one interface queue, its frames in a user-space
-//!   UMEM (zero-copy where the driver supports it).
+//!   UMEM (zero-copy where the driver supports it), taking every frame or only those
+//!   for exonet's IPv4 addresses (the rest stay with Linux).
 //!
 //! Wrappers compose over any link, as smoltcp's `phy` wrappers compose over any device:
 //! [`FaultInjector`] (loss, duplication, reordering, corruption, delay),
