@@ -76,7 +76,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     // Block the stop signals before any thread starts, so that only the
     // waiter below receives them.
     let signals = block_stop_signals().map_err(|e| format!("signals: {e}"))?;
-    let link = open_link(&args.link, &socket)?;
+    let link = open_link(&args.link, &addrs, &socket)?;
     let (mac, mtu) = (link.mac(), link.max_frame_len());
     let mux = Mux::new(link, addrs, MuxConfig::default());
     let mut config = DaemonConfig::new(socket.clone(), prefixes.clone());
@@ -106,7 +106,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     r
 }
 
-fn open_link(spec: &str, socket: &Path) -> Result<Box<dyn Link>, String> {
+fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Link>, String> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let need = |what: &str| {
         if rest.is_empty() {
@@ -136,10 +136,13 @@ fn open_link(spec: &str, socket: &Path) -> Result<Box<dyn Link>, String> {
                 ),
                 None => (rest, 0),
             };
+            // Only frames for our addresses come to us; Linux keeps the
+            // rest of the interface's traffic.
             afxdp::AfXdp::with_config(
                 iface,
                 afxdp::Config {
                     queue,
+                    steer: addrs.to_vec(),
                     ..afxdp::Config::default()
                 },
             )
