@@ -68,6 +68,9 @@ pub struct ChannelId(pub u32);
 /// Most frames taken from the link in one receive batch.
 pub const MAX_RX_BATCH: usize = 256;
 
+/// Most transmit descriptors taken from one endpoint's ring at a time.
+const TX_BATCH: usize = 64;
+
 /// What a channel's handler decided about an arrived frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HandlerVerdict {
@@ -1047,10 +1050,13 @@ fn tx_turn(
 ) -> Turn {
     let mut turn = Turn::default();
     let layout = *e.ep.frames.layout();
-    while *budget > 0 {
-        let avail = match e.ep.tx.peek(1) {
-            Ok(n) => n,
-            Err(_) => {
+    // The rings move a batch at a time: one index load and one index store
+    // per batch on each ring, not per frame.
+    'batches: while *budget > 0 {
+        let want = (*budget).min(TX_BATCH) as u32;
+        let (avail, room) = match (e.ep.tx.peek(want), e.ep.completion.reserve(want)) {
+            (Ok(a), Ok(r)) => (a, r),
+            _ => {
                 e.stats.ring_errors += 1;
                 e.deficit = 0;
                 break;
@@ -1060,96 +1066,101 @@ fn tx_turn(
             e.deficit = 0;
             break;
         }
-        // Read once; from here on only the private copy `d` is used.
-        let d = e.ep.tx.read(0);
-        let valid = layout.validate_frame(d).is_ok();
-        // A valid buffer frame's buffer goes back on completion; an invalid
-        // descriptor's offset is untrusted, so it gets back only a buffer
-        // offset the layout recognizes.
-        let give_back = if d.is_inline() {
-            None
-        } else {
-            layout.buffer_of(d.offset)
-        };
-        let cost = if valid { d.len as u64 } else { 0 };
-        if cost > e.deficit {
-            turn.short = true;
-            break;
-        }
-        if give_back.is_some() {
-            match e.ep.completion.reserve(1) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(_) => {
-                    e.stats.ring_errors += 1;
-                    break;
-                }
-            }
-        }
-        let mut rejected = true;
-        if !valid {
-            e.stats.tx_bad_desc += 1;
-        } else {
-            let len = if d.is_inline() {
-                e.ep.tx.read_inline(0, &d, buf)
+        let (mut done, mut given) = (0, 0);
+        let mut stop = false;
+        while done < avail && !stop {
+            // Read once; from here on only the private copy `d` is used.
+            let d = e.ep.tx.read(done);
+            let valid = layout.validate_frame(d).is_ok();
+            // A valid buffer frame's buffer goes back on completion; an
+            // invalid descriptor's offset is untrusted, so it gets back only
+            // a buffer offset the layout recognizes.
+            let give_back = if d.is_inline() {
+                None
             } else {
-                // Validated above, so this cannot fail; an empty frame
-                // would fail every template anyway.
-                e.ep.frames.read(d, buf).unwrap_or_default()
+                layout.buffer_of(d.offset)
             };
-            let frame = &buf[..len];
-            match channels.get_mut(&d.channel) {
-                Some(ch) if ch.endpoint == id => {
-                    if !ch.template.matches(frame) {
-                        e.stats.tx_template_mismatch += 1;
-                        ch.stats.tx_template_mismatch += 1;
-                    } else if frame.len() < exonet_link::MIN_FRAME_LEN
-                        || frame.len() > link.max_frame_len()
-                    {
-                        // The link would take it and drop it; say so.
-                        e.stats.tx_link_error += 1;
-                    } else {
-                        match link.send_batch(&[frame]) {
-                            Ok(0) => {
-                                turn.link_full = true;
-                                break;
-                            }
-                            Ok(_) => {
-                                rejected = false;
-                                e.stats.tx_frames += 1;
-                                e.stats.tx_bytes += len as u64;
-                                ch.stats.tx_frames += 1;
-                                ch.stats.tx_bytes += len as u64;
-                                turn.sent += 1;
-                            }
-                            Err(err) => {
-                                e.stats.tx_link_error += 1;
-                                turn.link_error = Some(err);
+            let cost = if valid { d.len as u64 } else { 0 };
+            if cost > e.deficit {
+                turn.short = true;
+                break;
+            }
+            if give_back.is_some() && given == room {
+                // The completion ring is full: wait for the application.
+                break;
+            }
+            let mut rejected = true;
+            if !valid {
+                e.stats.tx_bad_desc += 1;
+            } else {
+                let len = if d.is_inline() {
+                    e.ep.tx.read_inline(done, &d, buf)
+                } else {
+                    // Validated above, so this cannot fail; an empty frame
+                    // would fail every template anyway.
+                    e.ep.frames.read(d, buf).unwrap_or_default()
+                };
+                let frame = &buf[..len];
+                match channels.get_mut(&d.channel) {
+                    Some(ch) if ch.endpoint == id => {
+                        if !ch.template.matches(frame) {
+                            e.stats.tx_template_mismatch += 1;
+                            ch.stats.tx_template_mismatch += 1;
+                        } else if frame.len() < exonet_link::MIN_FRAME_LEN
+                            || frame.len() > link.max_frame_len()
+                        {
+                            // The link would take it and drop it; say so.
+                            e.stats.tx_link_error += 1;
+                        } else {
+                            match link.send_batch(&[frame]) {
+                                Ok(0) => {
+                                    // Not taken: the descriptor stays for
+                                    // the next scan.
+                                    turn.link_full = true;
+                                    break;
+                                }
+                                Ok(_) => {
+                                    rejected = false;
+                                    e.stats.tx_frames += 1;
+                                    e.stats.tx_bytes += len as u64;
+                                    ch.stats.tx_frames += 1;
+                                    ch.stats.tx_bytes += len as u64;
+                                    turn.sent += 1;
+                                }
+                                Err(err) => {
+                                    e.stats.tx_link_error += 1;
+                                    turn.link_error = Some(err);
+                                    stop = true;
+                                }
                             }
                         }
                     }
+                    _ => e.stats.tx_bad_channel += 1,
                 }
-                _ => e.stats.tx_bad_channel += 1,
             }
+            if let Some(offset) = give_back {
+                e.ep.completion.write(
+                    given,
+                    Desc {
+                        offset,
+                        len: d.len,
+                        channel: d.channel,
+                        flags: if rejected { Desc::REJECTED } else { 0 },
+                    },
+                );
+                given += 1;
+            }
+            done += 1;
+            e.deficit -= cost;
+            *budget -= 1;
         }
-        e.ep.tx.release(1);
-        if let Some(offset) = give_back {
-            e.ep.completion.write(
-                0,
-                Desc {
-                    offset,
-                    len: d.len,
-                    channel: d.channel,
-                    flags: if rejected { Desc::REJECTED } else { 0 },
-                },
-            );
-            e.ep.completion.submit(1);
+        if done > 0 {
+            e.ep.tx.release(done);
+            e.ep.completion.submit(given);
+            turn.moved = true;
         }
-        turn.moved = true;
-        e.deficit -= cost;
-        *budget -= 1;
-        if turn.link_error.is_some() {
-            break;
+        if done < avail || stop {
+            break 'batches;
         }
     }
     turn
