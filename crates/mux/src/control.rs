@@ -480,6 +480,12 @@ impl Daemon {
                 fields: named(s.host.fields()),
             },
             Record {
+                kind: "frag".into(),
+                id: 0,
+                label: String::new(),
+                fields: named(s.frag.fields()),
+            },
+            Record {
                 kind: "mux".into(),
                 id: 0,
                 label: String::new(),

@@ -14,7 +14,9 @@
 //! pushed on its rx ring. No buffer: the frame is dropped and counted
 //! against that endpoint alone. Each endpoint is notified once per batch.
 //! ARP frames always go to the host as well; frames no channel accepts go
-//! to the host, which answers as a host would ([`host`]).
+//! to the host, which answers as a host would ([`host`]). IPv4 fragments
+//! go through the fragment pool ([`frag`]): a head fragment is classified
+//! like any frame and the body fragments follow it to its channel.
 //!
 //! Transmit ([`Mux::poll_tx`]): endpoints with pending descriptors are
 //! visited in deficit round robin by bytes, weighted per endpoint. Each
@@ -34,6 +36,7 @@
 //! send what is not theirs ([`Mux::bind_channel`]).
 
 pub mod control;
+pub mod frag;
 pub mod host;
 pub mod registry;
 pub mod template;
@@ -50,6 +53,7 @@ use exonet_link::Link;
 use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
 
 pub use control::{Daemon, DaemonConfig, StopHandle};
+pub use frag::{FragKind, FragPool, FragStats};
 pub use host::{HostConfig, HostStats, TokenBucket};
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
@@ -144,6 +148,18 @@ pub struct MuxConfig {
     /// Most invalid free-ring descriptors skipped while looking for a
     /// buffer for one frame.
     pub free_retries: u32,
+    /// How long a fragmented datagram's association lives at most, and
+    /// how long its body fragments wait for their head (Linux's 30 s
+    /// reassembly timeout by default; at most a day).
+    pub frag_timeout: Duration,
+    /// Most bytes of body fragments waiting for their head, each charged
+    /// its length plus a fixed bookkeeping cost.
+    pub frag_memory: usize,
+    /// Most body fragments of one datagram waiting for its head.
+    pub frag_per_datagram: usize,
+    /// Most datagrams the fragment pool knows at once (associations and
+    /// datagrams waiting for their head); a head evicts the oldest.
+    pub frag_datagrams: usize,
     pub host: HostConfig,
 }
 
@@ -154,6 +170,10 @@ impl Default for MuxConfig {
             tx_budget: 256,
             quantum: 1514,
             free_retries: 4,
+            frag_timeout: Duration::from_secs(30),
+            frag_memory: 256 * 1024,
+            frag_per_datagram: 64,
+            frag_datagrams: 1024,
             host: HostConfig::default(),
         }
     }
@@ -321,6 +341,9 @@ pub struct MuxStats {
     pub rx_unmatched: u64,
     /// Received frames longer than the staging slot (cut; counted here).
     pub rx_truncated: u64,
+    /// The fragment pool; body fragments it holds or drops are counted
+    /// there, not in `rx_unmatched`.
+    pub frag: FragStats,
 }
 
 struct Endpoint {
@@ -358,6 +381,7 @@ pub struct Mux {
     channels: HashMap<u32, Channel>,
     ports: Ports,
     host: Host,
+    frag: FragPool,
     rx_unmatched: u64,
     rx_truncated: u64,
     slot: usize,
@@ -382,6 +406,7 @@ impl Mux {
             channels: HashMap::new(),
             ports: Ports::default(),
             host: Host::new(config.host, mac, addrs, Instant::now()),
+            frag: FragPool::new(&config),
             rx_unmatched: 0,
             rx_truncated: 0,
             slot,
@@ -437,7 +462,8 @@ impl Mux {
             .endpoints
             .remove(&id)
             .ok_or(MuxError::NoSuchEndpoint(id))?;
-        for ch in &e.channels {
+        for &ch in &e.channels {
+            self.frag.forget_channel(ch);
             if let Some(c) = self.channels.remove(&ch.0) {
                 // The filter was installed by us; deleting it cannot fail
                 // unless the id is unknown, which would be a bug here.
@@ -587,6 +613,7 @@ impl Mux {
             .remove(&ch.0)
             .ok_or(MuxError::NoSuchChannel(ch))?;
         let _ = self.dpf.delete(c.filter);
+        self.frag.forget_channel(ch);
         if let Some((proto, port)) = c.port {
             self.ports.release(proto, port, c.endpoint);
         }
@@ -679,6 +706,7 @@ impl Mux {
             host: self.host.stats,
             rx_unmatched: self.rx_unmatched,
             rx_truncated: self.rx_truncated,
+            frag: self.frag.stats(),
         }
     }
 
@@ -799,6 +827,14 @@ impl Mux {
     /// classifies and delivers them, answers for the host, wakes each
     /// endpoint that got frames once. Returns the number of frames taken.
     pub fn poll_rx(&mut self) -> io::Result<usize> {
+        self.poll_rx_at(Instant::now())
+    }
+
+    /// [`poll_rx`](Self::poll_rx) with `now` as the fragment pool's clock
+    /// (tests drive it; the rest keeps the real clock). The pool's expired
+    /// associations and waiting fragments are dropped first.
+    pub fn poll_rx_at(&mut self, now: Instant) -> io::Result<usize> {
+        self.frag.expire(now);
         let slot = self.slot;
         let max = self.config.rx_batch;
         self.lens.clear();
@@ -820,13 +856,13 @@ impl Mux {
         self.rx_truncated += truncated;
         let n = n.min(self.lens.len());
         if n > 0 {
-            self.deliver_batch(n);
+            self.deliver_batch(n, now);
         }
         self.flush_host()?;
         Ok(n)
     }
 
-    fn deliver_batch(&mut self, n: usize) {
+    fn deliver_batch(&mut self, n: usize, clock: Instant) {
         let slot = self.slot;
         let mut views: [&[u8]; MAX_RX_BATCH] = [&[]; MAX_RX_BATCH];
         for (i, v) in views.iter_mut().enumerate().take(n) {
@@ -842,50 +878,40 @@ impl Mux {
             if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
                 self.host.on_arp(frame, now);
             }
-            let owner = ids[i].and_then(|id| {
-                let ch = self.channels.get_mut(&id.0)?;
-                Some((id.0, ch))
-            });
-            let Some((chan, ch)) = owner else {
-                self.rx_unmatched += 1;
+            let kind = frag::kind(frame);
+            let (chan, waited) = match kind {
+                FragKind::Whole => (ids[i].map(|id| id.0), Vec::new()),
+                // A body fragment goes where its head went, whatever a
+                // filter says of it: it carries no port to classify on.
+                FragKind::Body => (self.frag.body(frame, clock).map(|c| c.0), Vec::new()),
+                FragKind::Head => {
+                    let chan = ids[i]
+                        .map(|id| id.0)
+                        .filter(|c| self.channels.contains_key(c));
+                    (chan, self.frag.head(frame, chan.map(ChannelId), clock))
+                }
+            };
+            let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
+            let free_retries = self.config.free_retries;
+            let owner =
+                chan.and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
+            let Some((e, copy)) = owner else {
                 let t = Instant::now();
-                self.host.on_unmatched(frame, t);
+                // Body fragments held or dropped are the pool's to count.
+                if kind != FragKind::Body {
+                    self.rx_unmatched += 1;
+                    self.host.on_unmatched(frame, t);
+                }
                 now = Instant::now();
                 self.host.stats.ns += now.duration_since(t).as_nanos() as u64 + demux_share;
                 continue;
             };
-            let Some(e) = self.endpoints.get_mut(&ch.endpoint) else {
-                continue;
-            };
-            ch.stats.rx_frames += 1;
-            ch.stats.rx_bytes += frame.len() as u64;
-            let verdict = match &mut ch.handler {
-                Some(h) => h.on_frame(frame),
-                None => HandlerVerdict::Deliver,
-            };
-            // `t`: the handler is done; `end`: so is the copy.
-            let (t, end) = match verdict {
-                HandlerVerdict::Consumed => {
-                    e.stats.rx_consumed += 1;
-                    ch.stats.rx_consumed += 1;
-                    let t = Instant::now();
-                    (t, t)
-                }
-                HandlerVerdict::Deliver => {
-                    let t = if ch.handler.is_some() {
-                        Instant::now()
-                    } else {
-                        now
-                    };
-                    if !deliver(e, chan, frame, self.config.free_retries) {
-                        ch.stats.rx_dropped += 1;
-                    }
-                    (t, Instant::now())
-                }
-            };
-            e.stats.rx_ns += t.duration_since(now).as_nanos() as u64 + demux_share;
-            e.stats.copy_ns += end.duration_since(t).as_nanos() as u64;
-            now = end;
+            let t = Instant::now();
+            let spent = t.duration_since(now).as_nanos() as u64;
+            let copy = (copy.as_nanos() as u64).min(spent);
+            e.stats.copy_ns += copy;
+            e.stats.rx_ns += spent - copy + demux_share;
+            now = t;
         }
         for e in self.endpoints.values_mut() {
             if std::mem::take(&mut e.rx_moved) {
@@ -954,6 +980,45 @@ impl Mux {
             _ => Ok(sent),
         }
     }
+}
+
+/// Runs the channel's handler on a frame, then on the fragments that
+/// waited for it, and delivers each it did not consume to the channel's
+/// endpoint. Returns that endpoint, to charge, and the time spent copying
+/// into its segment; `None` if the channel or its endpoint is gone.
+fn to_channel<'e>(
+    channels: &mut HashMap<u32, Channel>,
+    endpoints: &'e mut BTreeMap<EndpointId, Endpoint>,
+    free_retries: u32,
+    chan: u32,
+    frame: &[u8],
+    waited: &[Box<[u8]>],
+) -> Option<(&'e mut Endpoint, Duration)> {
+    let ch = channels.get_mut(&chan)?;
+    let e = endpoints.get_mut(&ch.endpoint)?;
+    let mut copy = Duration::ZERO;
+    for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+        ch.stats.rx_frames += 1;
+        ch.stats.rx_bytes += f.len() as u64;
+        let verdict = match &mut ch.handler {
+            Some(h) => h.on_frame(f),
+            None => HandlerVerdict::Deliver,
+        };
+        match verdict {
+            HandlerVerdict::Consumed => {
+                e.stats.rx_consumed += 1;
+                ch.stats.rx_consumed += 1;
+            }
+            HandlerVerdict::Deliver => {
+                let t = Instant::now();
+                if !deliver(e, chan, f, free_retries) {
+                    ch.stats.rx_dropped += 1;
+                }
+                copy += t.elapsed();
+            }
+        }
+    }
+    Some((e, copy))
 }
 
 /// Delivers one frame to an endpoint's rx ring; false if it was dropped
