@@ -354,8 +354,10 @@ struct Endpoint {
     deficit: u64,
     channels: Vec<ChannelId>,
     stats: EndpointStats,
-    /// Something was pushed on rx in this batch.
-    rx_moved: bool,
+    /// Entries written on rx in this batch, published at its end.
+    rx_pending: u32,
+    /// Entries taken from free in this batch, given back at its end.
+    free_taken: u32,
 }
 
 struct Channel {
@@ -449,7 +451,8 @@ impl Mux {
                 deficit: 0,
                 channels: Vec::new(),
                 stats: EndpointStats::default(),
-                rx_moved: false,
+                rx_pending: 0,
+                free_taken: 0,
             },
         );
         id
@@ -914,11 +917,7 @@ impl Mux {
             now = t;
         }
         for e in self.endpoints.values_mut() {
-            if std::mem::take(&mut e.rx_moved) {
-                // A failed ring leaves the application to find the
-                // frames when it next polls; nothing else is at stake.
-                let _ = e.ep.upcall.notify_rx(&e.ep.rx);
-            }
+            e.publish();
         }
     }
 
@@ -1024,73 +1023,102 @@ fn to_channel<'e>(
 /// Delivers one frame to an endpoint's rx ring; false if it was dropped
 /// (counted in the endpoint's stats).
 fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> bool {
+    // The rings move once per batch ([`Endpoint::publish`]): entries are
+    // written past the ones already pending, and the indices stay put.
     let ep = &mut e.ep;
-    if frame.len() <= INLINE_MAX && ep.rx.has_inline() {
-        match ep.rx.push_inline(channel, frame) {
-            Ok(true) => {
-                e.stats.rx_frames += 1;
-                e.stats.rx_bytes += frame.len() as u64;
-                e.rx_moved = true;
-                return true;
-            }
-            Ok(false) => e.stats.rx_ring_full += 1,
-            Err(_) => e.stats.ring_errors += 1,
-        }
-        return false;
-    }
-    let layout = *ep.frames.layout();
-    if frame.len() > layout.frame_size() as usize {
-        e.stats.rx_too_long += 1;
-        return false;
-    }
-    match ep.rx.reserve(1) {
-        Ok(0) => {
+    let slot = e.rx_pending;
+    match ep.rx.reserve(slot + 1) {
+        Ok(n) if n > slot => {}
+        Ok(_) => {
             e.stats.rx_ring_full += 1;
             return false;
         }
-        Ok(_) => {}
         Err(_) => {
             e.stats.ring_errors += 1;
             return false;
         }
     }
-    let mut tries = 0;
-    let offset = loop {
-        match ep.free.pop() {
-            Ok(Some(d)) => {
-                if layout.validate_buffer(d).is_ok() {
-                    break d.offset;
-                }
-                e.stats.free_bad_desc += 1;
-                tries += 1;
-                if tries > free_retries {
+    if frame.len() <= INLINE_MAX && ep.rx.has_inline() {
+        if ep.rx.write_inline(slot, channel, frame).is_err() {
+            e.stats.ring_errors += 1;
+            return false;
+        }
+    } else {
+        let layout = *ep.frames.layout();
+        if frame.len() > layout.frame_size() as usize {
+            e.stats.rx_too_long += 1;
+            return false;
+        }
+        let mut tries = 0;
+        let offset = loop {
+            let taken = e.free_taken;
+            match ep.free.peek(taken + 1) {
+                Ok(n) if n > taken => {}
+                Ok(_) => {
                     e.stats.rx_no_buffer += 1;
                     return false;
                 }
+                Err(_) => {
+                    e.stats.ring_errors += 1;
+                    return false;
+                }
             }
-            Ok(None) => {
+            // Read once; only the copy `d` is validated and used.
+            let d = ep.free.read(taken);
+            e.free_taken += 1;
+            if layout.validate_buffer(d).is_ok() {
+                break d.offset;
+            }
+            e.stats.free_bad_desc += 1;
+            tries += 1;
+            if tries > free_retries {
                 e.stats.rx_no_buffer += 1;
                 return false;
             }
-            Err(_) => {
-                e.stats.ring_errors += 1;
-                return false;
-            }
+        };
+        if ep.frames.write(offset, frame).is_err() {
+            // Unreachable after `validate_buffer` and the length check; the
+            // buffer is lost to the application, as any misuse would lose it.
+            e.stats.free_bad_desc += 1;
+            return false;
         }
-    };
-    if ep.frames.write(offset, frame).is_err() {
-        // Unreachable after `validate_buffer` and the length check; the
-        // buffer is lost to the application, as any misuse would lose it.
-        e.stats.free_bad_desc += 1;
-        return false;
+        ep.rx
+            .write(slot, Desc::buffer(offset, frame.len() as u32, channel));
     }
-    ep.rx
-        .write(0, Desc::buffer(offset, frame.len() as u32, channel));
-    ep.rx.submit(1);
+    e.rx_pending += 1;
     e.stats.rx_frames += 1;
     e.stats.rx_bytes += frame.len() as u64;
-    e.rx_moved = true;
     true
+}
+
+impl Endpoint {
+    /// Ends a receive batch: publishes the rx entries written, gives back
+    /// the free entries taken, and wakes the application if it asked.
+    fn publish(&mut self) {
+        // Peek and reserve again: a later frame of the batch may have found
+        // a ring empty or full and shrunk the grant; what was granted before
+        // stays granted unless the application broke an index meanwhile,
+        // which costs it this batch's entries.
+        let free = std::mem::take(&mut self.free_taken);
+        if free > 0 {
+            match self.ep.free.peek(free) {
+                Ok(n) if n == free => self.ep.free.release(free),
+                _ => self.stats.ring_errors += 1,
+            }
+        }
+        let rx = std::mem::take(&mut self.rx_pending);
+        if rx > 0 {
+            match self.ep.rx.reserve(rx) {
+                Ok(n) if n == rx => {
+                    self.ep.rx.submit(rx);
+                    // A failed ring leaves the application to find the
+                    // frames when it next polls; nothing else is at stake.
+                    let _ = self.ep.upcall.notify_rx(&self.ep.rx);
+                }
+                _ => self.stats.ring_errors += 1,
+            }
+        }
+    }
 }
 
 #[derive(Default)]
