@@ -251,6 +251,21 @@ impl Daemon {
         }
     }
 
+    /// The endpoint, if the connection owns it and may bind one more
+    /// channel.
+    fn channel_room(
+        &self,
+        conn: u64,
+        endpoint: u32,
+        channels: usize,
+    ) -> Result<EndpointId, (ErrorCode, String)> {
+        let ep = self.owned(conn, endpoint)?;
+        if channels >= self.config.max_channels {
+            return Err((ErrorCode::Limit, "too many channels".into()));
+        }
+        Ok(ep)
+    }
+
     fn execute(
         &mut self,
         conn: u64,
@@ -301,10 +316,7 @@ impl Daemon {
                 local_port,
                 remote,
             } => {
-                let ep = self.owned(conn, endpoint)?;
-                if n_channels >= self.config.max_channels {
-                    return Err((ErrorCode::Limit, "too many channels".into()));
-                }
+                let ep = self.channel_room(conn, endpoint, n_channels)?;
                 let proto = proto_of(proto)?;
                 let (ch, port) = self
                     .mux
@@ -329,10 +341,7 @@ impl Daemon {
                 filters,
                 template,
             } => {
-                let ep = self.owned(conn, endpoint)?;
-                if n_channels >= self.config.max_channels {
-                    return Err((ErrorCode::Limit, "too many channels".into()));
-                }
+                let ep = self.channel_room(conn, endpoint, n_channels)?;
                 let filters = filters
                     .iter()
                     .map(|f| Filter::from_str(f))

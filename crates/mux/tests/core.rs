@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use exonet_link::Link;
-use exonet_mux::{ChannelSpec, HandlerVerdict, MuxConfig, Proto};
+use exonet_mux::{HandlerVerdict, MuxConfig};
 use exonet_shm::Desc;
 use exonet_wire::build;
 
@@ -14,15 +14,6 @@ fn udp_to(port: u16, payload: &[u8]) -> Vec<u8> {
 
 fn udp_from(sport: u16, payload: &[u8]) -> Vec<u8> {
     build::udp_frame(HOST_MAC, PEER_MAC, HOST, PEER, sport, 7777, payload)
-}
-
-fn spec(port: u16) -> ChannelSpec {
-    ChannelSpec {
-        proto: Proto::Udp,
-        local_addr: HOST,
-        local_port: port,
-        remote: None,
-    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use exonet_link::memwire::MemWire;
 use exonet_link::Link;
-use exonet_mux::{frag, ChannelId, ChannelSpec, FragKind, FragStats, Mux, MuxConfig, Proto};
+use exonet_mux::{frag, ChannelId, FragKind, FragStats, Mux, MuxConfig};
 use exonet_shm::AppEndpoint;
 use exonet_wire::build::{self, Transport};
 use exonet_wire::ethernet::ethertype;
@@ -19,15 +19,6 @@ use exonet_wire::{EthernetRepr, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr};
 use proptest::prelude::*;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn spec(port: u16) -> ChannelSpec {
-    ChannelSpec {
-        proto: Proto::Udp,
-        local_addr: HOST,
-        local_port: port,
-        remote: None,
-    }
-}
 
 fn eth() -> EthernetRepr<'static> {
     EthernetRepr {

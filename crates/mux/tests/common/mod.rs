@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use exonet_link::memwire::{self, MemWire};
 use exonet_link::Link;
-use exonet_mux::{Mux, MuxConfig};
+use exonet_mux::{ChannelSpec, Mux, MuxConfig, Proto};
 use exonet_shm::{AppEndpoint, Desc, Segment, SegmentConfig, INLINE_MAX};
 use exonet_wire::MacAddr;
 
@@ -96,4 +96,14 @@ pub fn completions(app: &mut AppEndpoint) -> Vec<Desc> {
         v.push(d);
     }
     v
+}
+
+/// An unconnected UDP socket channel on `port` of [`HOST`].
+pub fn spec(port: u16) -> ChannelSpec {
+    ChannelSpec {
+        proto: Proto::Udp,
+        local_addr: HOST,
+        local_port: port,
+        remote: None,
+    }
 }
