@@ -28,6 +28,10 @@ enum Command {
     Filter(filter_cmd::FilterArgs),
     /// Measure exonet and its peers side by side (JSON lines on stdout).
     Bench(bench::BenchArgs),
+    /// The other process of a two-process benchmark, started by `exonet
+    /// bench`.
+    #[command(hide = true)]
+    BenchChild(bench::endpoint::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +40,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Filter(args) => filter_cmd::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::BenchChild(args) => bench::endpoint::child(&args),
     }
 }
