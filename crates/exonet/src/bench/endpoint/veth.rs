@@ -10,6 +10,9 @@
 //!   both, polling the multiplexer between looks at the rings. The UDP
 //!   checksum is 0 ("none", allowed over IPv4) rather than recomputed for
 //!   every message.
+//!   `exonet-afpacket`'s round trip is bound by the TPACKET_V3 receive
+//!   ring, which hands a block with a single frame to user space only when
+//!   its retire timer fires (the link's `block_timeout_ms`, 1 ms).
 //! - `linux-udp`: two kernel UDP sockets on addresses of the same pair,
 //!   non-blocking and busy-polled, with the same 22-byte payload (so the
 //!   same 64-byte frames on the wire).
