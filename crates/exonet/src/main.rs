@@ -38,6 +38,10 @@ enum Command {
     Stats(stats_cmd::StatsArgs),
     /// An application that answers UDP frames on a port, raw.
     RawEcho(raw_echo::RawEchoArgs),
+    /// The other process of a two-process benchmark, started by `exonet
+    /// bench`.
+    #[command(hide = true)]
+    BenchChild(bench::endpoint::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +53,6 @@ fn main() -> ExitCode {
         Command::Daemon(args) => daemon::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
         Command::RawEcho(args) => raw_echo::run(&args),
+        Command::BenchChild(args) => bench::endpoint::child(&args),
     }
 }

@@ -6,6 +6,7 @@
 //! `per_case / (reps + 2)` (the two extra shares go to calibration and
 //! warm-up), so one (case, system) measurement takes about `per_case`.
 
+use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -111,14 +112,43 @@ pub fn ns_per_frame_batched<T: Copy + Default>(
     median(samples)
 }
 
+/// Median nanoseconds per operation of `batch`, which does the number of
+/// operations it is given (one round trip, one descriptor...) and says how
+/// long they took; it may fail (a peer process that stopped answering), and
+/// then so does the measurement. Calibrated and warmed up like
+/// [`ns_per_frame`].
+pub fn ns_per_op<E>(
+    budget: &Budget,
+    mut batch: impl FnMut(u64) -> Result<Duration, E>,
+) -> Result<f64, E> {
+    let count = try_calibrate(budget.per_rep(), &mut batch)?;
+    batch(count)?;
+    let mut samples = Vec::with_capacity(budget.reps);
+    for _ in 0..budget.reps {
+        samples.push(batch(count)?.as_nanos() as f64 / count as f64);
+    }
+    Ok(median(samples))
+}
+
 /// The batch length that makes `batch` take about `target`.
 pub fn calibrate(target: Duration, batch: &mut impl FnMut(u64) -> Duration) -> u64 {
+    match try_calibrate(target, &mut |n| Ok::<_, Infallible>(batch(n))) {
+        Ok(count) => count,
+        Err(never) => match never {},
+    }
+}
+
+/// [`calibrate`] for a batch that may fail.
+fn try_calibrate<E>(
+    target: Duration,
+    batch: &mut impl FnMut(u64) -> Result<Duration, E>,
+) -> Result<u64, E> {
     let mut count: u64 = 1;
     loop {
-        let t = batch(count);
+        let t = batch(count)?;
         if t * 4 >= target || count >= 1 << 40 {
             let scaled = count as f64 * target.as_secs_f64() / t.as_secs_f64().max(1e-9);
-            return (scaled as u64).max(1);
+            return Ok((scaled as u64).max(1));
         }
         let grow = if t.is_zero() {
             16

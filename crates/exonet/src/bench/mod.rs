@@ -14,7 +14,10 @@
 //! - [`measure`]: adaptive timing (warm-up, batches, median of repetitions);
 //! - [`frames`]: a small Ethernet/IPv4/TCP frame builder;
 //! - [`bpf`]: a minimal eBPF ELF loader over the raw bpf(2) syscall;
-//! - [`dpf`]: the `dpf` suite (DPF against libpcap, hand-written Rust, eBPF).
+//! - [`dpf`]: the `dpf` suite (DPF against libpcap, hand-written Rust, eBPF);
+//! - [`endpoint`]: the `endpoint` suite (the rings between two processes
+//!   against Unix sockets, pipes and UDP; raw frames over veth with AF_XDP
+//!   and AF_PACKET against kernel UDP), and the processes it starts.
 
 use std::process::ExitCode;
 
@@ -22,6 +25,7 @@ use clap::{Args, Subcommand};
 
 pub mod bpf;
 pub mod dpf;
+pub mod endpoint;
 pub mod frames;
 pub mod measure;
 pub mod report;
@@ -37,6 +41,10 @@ pub enum Suite {
     /// Packet demultiplexing: DPF (JIT, interpreter) against libpcap,
     /// hand-written Rust and a hand-written eBPF program.
     Dpf(dpf::DpfArgs),
+    /// The endpoint: its rings between two processes against Unix sockets,
+    /// pipes and UDP over loopback; raw frames between two multiplexers over
+    /// veth (AF_XDP, AF_PACKET) against kernel UDP.
+    Endpoint(endpoint::EndpointArgs),
 }
 
 /// Options every suite takes.
@@ -72,5 +80,6 @@ impl RunOpts {
 pub fn run(args: &BenchArgs) -> ExitCode {
     match &args.suite {
         Suite::Dpf(a) => dpf::run(a),
+        Suite::Endpoint(a) => endpoint::run(a),
     }
 }

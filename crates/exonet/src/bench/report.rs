@@ -17,6 +17,26 @@ pub enum Outcome {
     Skipped(String),
 }
 
+/// Why a system has no number for a case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fail {
+    /// Something is wrong: reported as `"error"`, and the run fails.
+    Error(String),
+    /// The system cannot run here: reported as `"skipped"`.
+    Skip(String),
+}
+
+impl Outcome {
+    /// A measurement's result as a line's outcome.
+    pub fn of(r: Result<f64, Fail>) -> Outcome {
+        match r {
+            Ok(v) => Outcome::Value(v),
+            Err(Fail::Error(e)) => Outcome::Error(e),
+            Err(Fail::Skip(s)) => Outcome::Skipped(s),
+        }
+    }
+}
+
 /// One line of output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record {
@@ -167,16 +187,26 @@ impl Reporter {
     }
 
     /// Per case (rows, in the order measured) each system's value and its
-    /// ratio to `baseline`; then the reasons of errors and skips.
+    /// ratio to `baseline`; then the reasons of errors and skips. Only the
+    /// records of `systems` count (a suite whose cases compare different
+    /// systems prints a table per group); empty if there are none.
     pub fn table(&self, title: &str, systems: &[&str], baseline: &str) -> String {
+        let records: Vec<&Record> = self
+            .records
+            .iter()
+            .filter(|r| systems.contains(&r.system.as_str()))
+            .collect();
         let mut cases: Vec<(&str, &str)> = Vec::new();
-        for r in &self.records {
+        for r in &records {
             if !cases.iter().any(|c| c.0 == r.case) {
                 cases.push((&r.case, &r.metric));
             }
         }
+        if cases.is_empty() {
+            return String::new();
+        }
         let find = |case: &str, system: &str| {
-            self.records
+            records
                 .iter()
                 .find(|r| r.case == case && r.system == system)
         };
@@ -224,7 +254,7 @@ impl Reporter {
         }
         // Reasons, grouped so that one cause (e.g. "needs root") is told once.
         let mut notes: Vec<(String, String, Vec<String>)> = Vec::new();
-        for r in &self.records {
+        for r in &records {
             let (kind, why) = match &r.outcome {
                 Outcome::Error(e) => ("error", e),
                 Outcome::Skipped(s) => ("skipped", s),
@@ -337,6 +367,13 @@ mod tests {
             "{t}"
         );
         assert!(!r.failed());
+        // A table of some systems shows only their cases and reasons.
+        let t = r.table("t", &["exonet-jit", "libpcap"], "exonet-jit");
+        assert!(
+            t.contains("50.0 (25.0x)") && !t.contains("linux-ebpf"),
+            "{t}"
+        );
+        assert_eq!(r.table("t", &["nobody"], "nobody"), "");
         r.push(
             "depth-1",
             "libpcap",

@@ -72,7 +72,7 @@ use clap::Args;
 use exonet_dpf::{Dpf, Engine, FilterId};
 
 use crate::bench::measure::{self, Budget};
-use crate::bench::report::{human, Outcome, Reporter};
+use crate::bench::report::{human, Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
 
 pub mod cases;
@@ -98,23 +98,6 @@ pub const SYSTEMS: [&str; 6] = [
     "linux-ebpf",
 ];
 const BASELINE: &str = "exonet-jit";
-
-/// Why a system has no number for a case.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fail {
-    /// Something is wrong: reported as `"error"`, and the run fails.
-    Error(String),
-    /// The system cannot run here: reported as `"skipped"`.
-    Skip(String),
-}
-
-fn outcome(r: Result<f64, Fail>) -> Outcome {
-    match r {
-        Ok(v) => Outcome::Value(v),
-        Err(Fail::Error(e)) => Outcome::Error(e),
-        Err(Fail::Skip(s)) => Outcome::Skipped(s),
-    }
-}
 
 pub fn run(args: &DpfArgs) -> ExitCode {
     let opts = &args.opts;
@@ -149,7 +132,7 @@ pub fn run(args: &DpfArgs) -> ExitCode {
                 ));
                 us
             });
-            rep.push(&name, BASELINE, "us_per_insert", outcome(r));
+            rep.push(&name, BASELINE, "us_per_insert", Outcome::of(r));
             continue;
         };
         rep.progress(&format!(
@@ -163,7 +146,7 @@ pub fn run(args: &DpfArgs) -> ExitCode {
                 Err(e) => Err(Fail::Error(format!("the case itself is wrong: {e}"))),
                 Ok(()) => run_system(system, &case, &budget, &mut ebpf),
             };
-            rep.push(&name, system, "ns_per_pkt", outcome(r));
+            rep.push(&name, system, "ns_per_pkt", Outcome::of(r));
         }
     }
     rep.print_table(
