@@ -82,9 +82,9 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
             "tx_link_error",
         ],
     ),
-    ("rx µs", &["rx_ns"]),
-    ("copy µs", &["copy_ns"]),
-    ("tx µs", &["tx_ns"]),
+    ("rx kcyc", &["rx_cycles"]),
+    ("copy kcyc", &["copy_cycles"]),
+    ("tx kcyc", &["tx_cycles"]),
 ];
 
 const CHANNEL_COLUMNS: &[(&str, &[&str])] = &[
@@ -123,7 +123,7 @@ fn tables(records: &[Record]) -> String {
             let mut line = vec![r.id.to_string()];
             for (head, names) in cols {
                 let v: u64 = names.iter().filter_map(|n| r.get(n)).sum();
-                line.push(if head.ends_with("µs") {
+                line.push(if head.ends_with("kcyc") {
                     format!("{:.1}", v as f64 / 1000.0)
                 } else {
                     v.to_string()

@@ -394,6 +394,11 @@ impl FragPool {
 
     /// Drops what is past its deadline: associations, and fragments whose
     /// head did not come (orphans).
+    /// Whether the pool holds nothing (no association, nothing waiting).
+    pub fn is_empty(&self) -> bool {
+        self.by_deadline.is_empty()
+    }
+
     pub fn expire(&mut self, now: Instant) {
         while let Some(first) = self.by_deadline.first_entry() {
             if first.key().0 > now {

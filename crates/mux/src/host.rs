@@ -71,8 +71,8 @@ pub struct HostStats {
     pub unmatched_dropped: u64,
     /// Host frames dropped because the queue to the link was full.
     pub queue_dropped: u64,
-    /// Nanoseconds spent on frames no channel accepted.
-    pub ns: u64,
+    /// Cycles ([`crate::cycles`]) spent on frames no channel accepted.
+    pub cycles: u64,
 }
 
 impl HostStats {
@@ -88,7 +88,7 @@ impl HostStats {
             ("rate_limited", self.rate_limited),
             ("unmatched_dropped", self.unmatched_dropped),
             ("queue_dropped", self.queue_dropped),
-            ("ns", self.ns),
+            ("cycles", self.cycles),
         ]
     }
 }

@@ -36,6 +36,7 @@
 //! send what is not theirs ([`Mux::bind_channel`]).
 
 pub mod control;
+pub mod cycles;
 pub mod frag;
 pub mod host;
 pub mod registry;
@@ -71,6 +72,9 @@ pub struct ChannelId(pub u32);
 
 /// Most frames taken from the link in one receive batch.
 pub const MAX_RX_BATCH: usize = 256;
+
+/// Frames classified together: [`Dpf::demux_batch`] gets this many at most.
+const CLASSIFY_CHUNK: usize = 32;
 
 /// Most transmit descriptors taken from one endpoint's ring at a time.
 const TX_BATCH: usize = 64;
@@ -230,14 +234,14 @@ pub struct EndpointStats {
     /// Times a ring index from the application was impossible (a hostile or
     /// broken peer); the ring is skipped for that round.
     pub ring_errors: u64,
-    /// Nanoseconds spent receiving for it: its share of classification,
-    /// and its handlers.
-    pub rx_ns: u64,
-    /// Nanoseconds spent copying received frames into its segment.
-    pub copy_ns: u64,
-    /// Nanoseconds spent transmitting for it (reading, copying, checking,
+    /// Cycles ([`cycles`]) spent receiving for it: its share of
+    /// classification, and its handlers.
+    pub rx_cycles: u64,
+    /// Cycles spent copying received frames into its segment.
+    pub copy_cycles: u64,
+    /// Cycles spent transmitting for it (reading, copying, checking,
     /// sending).
-    pub tx_ns: u64,
+    pub tx_cycles: u64,
 }
 
 impl EndpointStats {
@@ -268,9 +272,9 @@ impl EndpointStats {
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_link_error", self.tx_link_error),
             ("ring_errors", self.ring_errors),
-            ("rx_ns", self.rx_ns),
-            ("copy_ns", self.copy_ns),
-            ("tx_ns", self.tx_ns),
+            ("rx_cycles", self.rx_cycles),
+            ("copy_cycles", self.copy_cycles),
+            ("tx_cycles", self.tx_cycles),
         ]
     }
 }
@@ -830,14 +834,17 @@ impl Mux {
     /// classifies and delivers them, answers for the host, wakes each
     /// endpoint that got frames once. Returns the number of frames taken.
     pub fn poll_rx(&mut self) -> io::Result<usize> {
-        self.poll_rx_at(Instant::now())
+        self.receive(None)
     }
 
-    /// [`poll_rx`](Self::poll_rx) with `now` as the fragment pool's clock
-    /// (tests drive it; the rest keeps the real clock). The pool's expired
-    /// associations and waiting fragments are dropped first.
+    /// [`poll_rx`](Self::poll_rx) with `now` as the clock of the fragment
+    /// pool and the host (tests drive it). The pool's expired associations
+    /// and waiting fragments are dropped before the batch is delivered.
     pub fn poll_rx_at(&mut self, now: Instant) -> io::Result<usize> {
-        self.frag.expire(now);
+        self.receive(Some(now))
+    }
+
+    fn receive(&mut self, clock: Option<Instant>) -> io::Result<usize> {
         let slot = self.slot;
         let max = self.config.rx_batch;
         self.lens.clear();
@@ -858,8 +865,14 @@ impl Mux {
         )?;
         self.rx_truncated += truncated;
         let n = n.min(self.lens.len());
-        if n > 0 {
-            self.deliver_batch(n, now);
+        // The clock is read only when there is something to time: an empty
+        // poll of a busy-polling loop costs no clock read.
+        if n > 0 || !self.frag.is_empty() || clock.is_some() {
+            let now = clock.unwrap_or_else(Instant::now);
+            self.frag.expire(now);
+            if n > 0 {
+                self.deliver_batch(n, now);
+            }
         }
         self.flush_host()?;
         Ok(n)
@@ -867,54 +880,60 @@ impl Mux {
 
     fn deliver_batch(&mut self, n: usize, clock: Instant) {
         let slot = self.slot;
-        let mut views: [&[u8]; MAX_RX_BATCH] = [&[]; MAX_RX_BATCH];
-        for (i, v) in views.iter_mut().enumerate().take(n) {
-            *v = &self.arena[i * slot..i * slot + self.lens[i]];
-        }
-        let mut ids = [None; MAX_RX_BATCH];
-        let t0 = Instant::now();
-        self.dpf.demux_batch(&views[..n], &mut ids[..n]);
-        let mut now = Instant::now();
-        let demux_share = now.duration_since(t0).as_nanos() as u64 / n as u64;
-        for i in 0..n {
-            let frame = views[i];
-            if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
-                self.host.on_arp(frame, now);
+        let mut start = 0;
+        while start < n {
+            // Classified a chunk at a time: small arrays, nothing to clear
+            // for frames that are not there.
+            let k = (n - start).min(CLASSIFY_CHUNK);
+            let mut views: [&[u8]; CLASSIFY_CHUNK] = [&[]; CLASSIFY_CHUNK];
+            for (j, v) in views[..k].iter_mut().enumerate() {
+                let i = start + j;
+                *v = &self.arena[i * slot..i * slot + self.lens[i]];
             }
-            let kind = frag::kind(frame);
-            let (chan, waited) = match kind {
-                FragKind::Whole => (ids[i].map(|id| id.0), Vec::new()),
-                // A body fragment goes where its head went, whatever a
-                // filter says of it: it carries no port to classify on.
-                FragKind::Body => (self.frag.body(frame, clock).map(|c| c.0), Vec::new()),
-                FragKind::Head => {
-                    let chan = ids[i]
-                        .map(|id| id.0)
-                        .filter(|c| self.channels.contains_key(c));
-                    (chan, self.frag.head(frame, chan.map(ChannelId), clock))
+            let mut ids = [None; CLASSIFY_CHUNK];
+            let t0 = cycles::now();
+            self.dpf.demux_batch(&views[..k], &mut ids[..k]);
+            let mut now = cycles::now();
+            let demux_share = now.saturating_sub(t0) / k as u64;
+            for (frame, id) in views[..k].iter().zip(ids) {
+                let frame = *frame;
+                if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+                    self.host.on_arp(frame, clock);
                 }
-            };
-            let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
-            let free_retries = self.config.free_retries;
-            let owner =
-                chan.and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
-            let Some((e, copy)) = owner else {
-                let t = Instant::now();
-                // Body fragments held or dropped are the pool's to count.
-                if kind != FragKind::Body {
-                    self.rx_unmatched += 1;
-                    self.host.on_unmatched(frame, t);
-                }
-                now = Instant::now();
-                self.host.stats.ns += now.duration_since(t).as_nanos() as u64 + demux_share;
-                continue;
-            };
-            let t = Instant::now();
-            let spent = t.duration_since(now).as_nanos() as u64;
-            let copy = (copy.as_nanos() as u64).min(spent);
-            e.stats.copy_ns += copy;
-            e.stats.rx_ns += spent - copy + demux_share;
-            now = t;
+                let kind = frag::kind(frame);
+                let (chan, waited) = match kind {
+                    FragKind::Whole => (id.map(|id| id.0), Vec::new()),
+                    // A body fragment goes where its head went, whatever a
+                    // filter says of it: it carries no port to classify on.
+                    FragKind::Body => (self.frag.body(frame, clock).map(|c| c.0), Vec::new()),
+                    FragKind::Head => {
+                        let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
+                        (chan, self.frag.head(frame, chan.map(ChannelId), clock))
+                    }
+                };
+                let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
+                let free_retries = self.config.free_retries;
+                let owner = chan
+                    .and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
+                let t = cycles::now();
+                let Some((e, copy)) = owner else {
+                    // Body fragments held or dropped are the pool's to count.
+                    if kind != FragKind::Body {
+                        self.rx_unmatched += 1;
+                        self.host.on_unmatched(frame, clock);
+                    }
+                    let done = cycles::now();
+                    self.host.stats.cycles += done.saturating_sub(now) + demux_share;
+                    now = done;
+                    continue;
+                };
+                let spent = t.saturating_sub(now);
+                let copy = copy.min(spent);
+                e.stats.copy_cycles += copy;
+                e.stats.rx_cycles += spent - copy + demux_share;
+                now = t;
+            }
+            start += k;
         }
         for e in self.endpoints.values_mut() {
             e.publish();
@@ -944,7 +963,7 @@ impl Mux {
                     continue;
                 }
                 e.deficit += quantum * e.weight as u64;
-                let t0 = Instant::now();
+                let t0 = cycles::now();
                 let turn = tx_turn(
                     id,
                     e,
@@ -953,7 +972,7 @@ impl Mux {
                     &mut self.tx_buf,
                     &mut budget,
                 );
-                e.stats.tx_ns += t0.elapsed().as_nanos() as u64;
+                e.stats.tx_cycles += cycles::now().saturating_sub(t0);
                 sent += turn.sent;
                 // Only progress, or a deficit still short of the next frame,
                 // earns another round: a ring that errs or a completion
@@ -992,10 +1011,10 @@ fn to_channel<'e>(
     chan: u32,
     frame: &[u8],
     waited: &[Box<[u8]>],
-) -> Option<(&'e mut Endpoint, Duration)> {
+) -> Option<(&'e mut Endpoint, u64)> {
     let ch = channels.get_mut(&chan)?;
     let e = endpoints.get_mut(&ch.endpoint)?;
-    let mut copy = Duration::ZERO;
+    let mut copy = 0;
     for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
@@ -1009,11 +1028,11 @@ fn to_channel<'e>(
                 ch.stats.rx_consumed += 1;
             }
             HandlerVerdict::Deliver => {
-                let t = Instant::now();
+                let t = cycles::now();
                 if !deliver(e, chan, f, free_retries) {
                     ch.stats.rx_dropped += 1;
                 }
-                copy += t.elapsed();
+                copy += cycles::now().saturating_sub(t);
             }
         }
     }

@@ -34,7 +34,7 @@ fn frames_reach_only_their_endpoint() {
     assert_eq!(got_b, vec![(cb.0, for_b)]);
     let sa = mux.endpoint_stats(a).unwrap();
     assert_eq!((sa.rx_frames, sa.rx_dropped()), (2, 0));
-    assert!(sa.rx_ns > 0);
+    assert!(sa.rx_cycles > 0);
     // A port nobody has: nobody gets it.
     wire.send_batch(&[&udp_to(7000, b"x")]).unwrap();
     mux.poll_rx().unwrap();
@@ -191,7 +191,7 @@ fn drr_shares_bandwidth_by_weight() {
     let s3 = mux.endpoint_stats(ids[1]).unwrap();
     let ratio = s3.tx_bytes as f64 / s1.tx_bytes as f64;
     assert!((2.5..=3.5).contains(&ratio), "ratio {ratio}: {s1:?} {s3:?}");
-    assert!(s1.tx_ns > 0 && s3.tx_ns > 0);
+    assert!(s1.tx_cycles > 0 && s3.tx_cycles > 0);
     // The rest drains completely on later scans.
     while mux.poll_tx().unwrap() > 0 {}
     let total: u64 = ids
