@@ -2,8 +2,10 @@
 //! through the kernel. `unix-seqpacket`: a `socketpair(AF_UNIX,
 //! SOCK_SEQPACKET)`; `pipe`: two pipes, one each way; `linux-udp-loopback`:
 //! two UDP sockets on 127.0.0.1 connected to each other. All descriptors
-//! are non-blocking and both sides busy-poll them, as both sides of the
-//! rings do: what differs is the path, not the waiting.
+//! are non-blocking. Both sides busy-poll them, as both sides of the rings
+//! do, so that what differs is the path, not the waiting; the `-blocking`
+//! systems sleep in `poll(2)` instead, as applications usually wait on
+//! these descriptors.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
@@ -32,6 +34,9 @@ pub struct EchoArgs {
     output: RawFd,
     #[arg(long)]
     lifetime_ms: u64,
+    /// Sleep in poll(2) while waiting instead of spinning.
+    #[arg(long)]
+    sleep: bool,
 }
 
 /// Both ends of a system's channel: ours to write and read, and the
@@ -115,7 +120,11 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Fail> {
 /// Median round-trip time in nanoseconds of a [`MSG`]-byte message to a
 /// child that echoes it, through `system`.
 pub fn rtt(system: &str, budget: &Budget) -> Result<f64, Fail> {
-    let w = wires(system)?;
+    let (path, sleep) = match system.strip_suffix("-blocking") {
+        Some(path) => (path, true),
+        None => (system, false),
+    };
+    let w = wires(path)?;
     let mut cmd = peer::command(None)?;
     cmd.arg("fd-echo")
         .arg("--input")
@@ -124,17 +133,20 @@ pub fn rtt(system: &str, budget: &Budget) -> Result<f64, Fail> {
         .arg(w.child_out.to_string())
         .arg("--lifetime-ms")
         .arg(peer::lifetime(budget).as_millis().to_string());
+    if sleep {
+        cmd.arg("--sleep");
+    }
     let mut child = Peer::spawn(cmd, &[w.child_in, w.child_out], system)?;
     // Only the child holds its ends now: if it dies, we read end-of-file.
     drop(w.child);
     let msg = [0x5au8; MSG];
     let mut back = [0u8; MSG];
     // The first answer also says the child is up.
-    round_trip(&w.send, &w.recv, &msg, &mut back)?;
+    round_trip(&w.send, &w.recv, &msg, &mut back, sleep)?;
     let ns = measure::ns_per_op(budget, |n| {
         let t = Instant::now();
         for _ in 0..n {
-            round_trip(&w.send, &w.recv, &msg, &mut back)?;
+            round_trip(&w.send, &w.recv, &msg, &mut back, sleep)?;
         }
         Ok(t.elapsed())
     })?;
@@ -143,7 +155,13 @@ pub fn rtt(system: &str, budget: &Budget) -> Result<f64, Fail> {
     Ok(ns)
 }
 
-fn round_trip(send: &File, recv: &File, msg: &[u8], back: &mut [u8]) -> Result<(), Fail> {
+fn round_trip(
+    send: &File,
+    recv: &File,
+    msg: &[u8],
+    back: &mut [u8],
+    sleep: bool,
+) -> Result<(), Fail> {
     write_all(send, msg)?;
     let mut got = 0;
     let mut p = Patience::new(PATIENCE);
@@ -152,7 +170,9 @@ fn round_trip(send: &File, recv: &File, msg: &[u8], back: &mut [u8]) -> Result<(
         match (&*recv).read(&mut back[got..]) {
             Ok(0) => return Err(Fail::Error("the echo process closed its end".into())),
             Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => p.spin("waiting for the echo")?,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                wait(recv, &mut p, sleep, "waiting for the echo")?
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(error("read")(e)),
         }
@@ -161,6 +181,28 @@ fn round_trip(send: &File, recv: &File, msg: &[u8], back: &mut [u8]) -> Result<(
         return Err(Fail::Error("the echo is not the message".into()));
     }
     Ok(())
+}
+
+/// Waits for `f` to become readable: spinning once, or sleeping in poll(2)
+/// for at most [`PATIENCE`].
+fn wait(f: &File, p: &mut Patience, sleep: bool, what: &str) -> Result<(), Fail> {
+    if !sleep {
+        return p.spin(what);
+    }
+    let mut pfd = libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd for the call's duration.
+    let r = unsafe { libc::poll(&mut pfd, 1, PATIENCE.as_millis() as i32) };
+    match r {
+        0 => Err(Fail::Error(format!("timed out {what}"))),
+        r if r < 0 && std::io::Error::last_os_error().kind() != ErrorKind::Interrupted => {
+            Err(error("poll")(std::io::Error::last_os_error()))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn write_all(f: &File, data: &[u8]) -> Result<(), Fail> {
@@ -196,7 +238,9 @@ pub fn echo(args: &EchoArgs) -> Result<(), Fail> {
         let n = loop {
             match (&input).read(&mut buf) {
                 Ok(n) => break n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => p.spin("waiting for a message")?,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    wait(&input, &mut p, args.sleep, "waiting for a message")?
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(error("read")(e)),
             }

@@ -71,8 +71,18 @@ pub struct EndpointArgs {
 const MSG: usize = 64;
 
 const CASES: [&str; 3] = ["ring-rtt", "ring-mpps", veth::CASE];
-/// `ring-rtt`'s systems, in the order of the table's columns.
-const RING_SYSTEMS: [&str; 4] = ["exonet", "unix-seqpacket", "pipe", "linux-udp-loopback"];
+/// `ring-rtt`'s systems, in the order of the table's columns: the kernel
+/// paths busy-polled like the rings, then sleeping in `poll` as
+/// applications usually wait on them.
+const RING_SYSTEMS: [&str; 7] = [
+    "exonet",
+    "unix-seqpacket",
+    "pipe",
+    "linux-udp-loopback",
+    "unix-seqpacket-blocking",
+    "pipe-blocking",
+    "linux-udp-loopback-blocking",
+];
 
 /// For `map_err`: any error as `Fail::Error("<what>: <e>")`.
 fn error<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> Fail + '_ {
