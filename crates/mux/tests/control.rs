@@ -30,6 +30,10 @@ struct TestDaemon {
 
 impl TestDaemon {
     fn start(name: &str) -> TestDaemon {
+        TestDaemon::start_with(name, |_| {})
+    }
+
+    fn start_with(name: &str, tune: impl FnOnce(&mut DaemonConfig) + Send + 'static) -> TestDaemon {
         let path =
             std::env::temp_dir().join(format!("exonet-test-{}-{name}.sock", std::process::id()));
         let (a, wire) = memwire::pair().unwrap();
@@ -37,7 +41,9 @@ impl TestDaemon {
         let p = path.clone();
         let thread = std::thread::spawn(move || {
             let mux = Mux::new(Box::new(a), vec![HOST], MuxConfig::default());
-            let mut d = Daemon::bind(mux, DaemonConfig::new(p, vec![(HOST, 24)])).unwrap();
+            let mut config = DaemonConfig::new(p, vec![(HOST, 24)]);
+            tune(&mut config);
+            let mut d = Daemon::bind(mux, config).unwrap();
             tx.send(d.stop_handle()).unwrap();
             d.run().unwrap();
         });
@@ -458,4 +464,39 @@ fn root_endpoints_may_monitor() {
     let eps = records(&mut c, "endpoint");
     assert_eq!(eps[0].get("privileged"), Some(1));
     assert_eq!(eps[0].get("weight"), Some(4));
+}
+
+#[test]
+fn per_connection_limits_hold() {
+    let d = TestDaemon::start_with("limits", |c| {
+        c.max_endpoints = 2;
+        c.max_channels = 3;
+        c.max_segment_bytes = 1 << 20;
+    });
+    let mut c = d.client();
+    let (e1, _a1, _) = endpoint(&mut c);
+    let (_e2, _a2, _) = endpoint(&mut c);
+    assert_eq!(
+        refused(c.create_endpoint(&small_segment()).map(|(id, _)| id)),
+        ErrorCode::Limit
+    );
+    for port in 7100..7103 {
+        c.bind_socket(e1, PROTO_UDP, (HOST, port), None).unwrap();
+    }
+    assert_eq!(
+        refused(c.bind_socket(e1, PROTO_UDP, (HOST, 7103), None)),
+        ErrorCode::Limit
+    );
+    // Another connection has limits of its own.
+    let mut other = d.client();
+    let big = exonet_shm::SegmentConfig {
+        frame_size: 4096,
+        frame_count: 1024,
+        ring_entries: [64; 4],
+    };
+    assert_eq!(
+        refused(other.create_endpoint(&big).map(|(id, _)| id)),
+        ErrorCode::Limit
+    );
+    endpoint(&mut other);
 }

@@ -1,0 +1,170 @@
+//! The control protocol's codec: every message round-trips, and no byte
+//! string makes the decoder panic or accept trailing garbage.
+
+use std::net::Ipv4Addr;
+
+use exonet_shm::control::{ErrorCode, Record, Reply, Request, WireField, STATS_PAGE};
+use proptest::prelude::*;
+
+fn ip() -> impl Strategy<Value = Ipv4Addr> {
+    any::<u32>().prop_map(Ipv4Addr::from)
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    let field =
+        (any::<u16>(), prop::collection::vec(any::<u8>(), 0..64)).prop_map(|(o, b)| WireField {
+            offset: o,
+            mask: b.iter().map(|x| x ^ 0x55).collect(),
+            bytes: b,
+        });
+    prop_oneof![
+        any::<u32>().prop_map(|version| Request::Hello { version }),
+        Just(Request::Info),
+        Just(Request::CreateEndpoint),
+        any::<u32>().prop_map(|endpoint| Request::DestroyEndpoint { endpoint }),
+        (
+            any::<u32>(),
+            any::<u8>(),
+            ip(),
+            any::<u16>(),
+            prop::option::of((ip(), any::<u16>()))
+        )
+            .prop_map(|(endpoint, proto, local_addr, local_port, remote)| {
+                Request::BindSocket {
+                    endpoint,
+                    proto,
+                    local_addr,
+                    local_port,
+                    remote,
+                }
+            }),
+        (
+            any::<u32>(),
+            prop::collection::vec("[ -~]{0,80}", 0..16),
+            prop::collection::vec(field, 0..32)
+        )
+            .prop_map(|(endpoint, filters, template)| Request::BindChannel {
+                endpoint,
+                filters,
+                template
+            }),
+        any::<u32>().prop_map(|channel| Request::Unbind { channel }),
+        (any::<u32>(), any::<u8>(), any::<u16>()).prop_map(|(endpoint, proto, port)| {
+            Request::AllocatePort {
+                endpoint,
+                proto,
+                port,
+            }
+        }),
+        (any::<u32>(), any::<u8>(), any::<u16>()).prop_map(|(endpoint, proto, port)| {
+            Request::ReleasePort {
+                endpoint,
+                proto,
+                port,
+            }
+        }),
+        (any::<u32>(), any::<u32>())
+            .prop_map(|(endpoint, weight)| Request::SetWeight { endpoint, weight }),
+        ip().prop_map(|ip| Request::Resolve { ip }),
+        any::<u32>().prop_map(|from| Request::Stats { from }),
+    ]
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    let record = (
+        "[a-z]{1,10}",
+        any::<u32>(),
+        "[ -~]{0,100}",
+        prop::collection::vec(("[a-z_]{1,20}", any::<u64>()), 0..20),
+    )
+        .prop_map(|(kind, id, label, fields)| Record {
+            kind,
+            id,
+            label,
+            fields,
+        });
+    prop_oneof![
+        Just(Reply::Ok),
+        any::<u32>().prop_map(|version| Reply::Hello { version }),
+        (
+            any::<[u8; 6]>(),
+            prop::collection::vec((ip(), 0u8..=32), 0..8),
+            any::<u32>()
+        )
+            .prop_map(|(mac, addrs, mtu)| Reply::Info { mac, addrs, mtu }),
+        any::<u32>().prop_map(|endpoint| Reply::Endpoint { endpoint }),
+        (any::<u32>(), any::<u16>()).prop_map(|(channel, port)| Reply::Bound { channel, port }),
+        any::<u16>().prop_map(|port| Reply::Port { port }),
+        prop::option::of(any::<[u8; 6]>()).prop_map(Reply::Mac),
+        (prop::collection::vec(record, 0..STATS_PAGE), any::<bool>())
+            .prop_map(|(records, more)| Reply::Stats { records, more }),
+        "[ -~]{0,200}".prop_map(|message| Reply::Error {
+            code: ErrorCode::PortInUse,
+            message
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(r in request()) {
+        let bytes = r.encode();
+        prop_assert_eq!(Request::decode(&bytes), Ok(r));
+        // Every proper prefix is refused, and so is any trailing byte.
+        for cut in 0..bytes.len() {
+            prop_assert!(Request::decode(&bytes[..cut]).is_err());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert!(Request::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn replies_round_trip(r in reply()) {
+        let bytes = r.encode();
+        prop_assert_eq!(Reply::decode(&bytes), Ok(r));
+        for cut in 0..bytes.len() {
+            prop_assert!(Reply::decode(&bytes[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        let _ = Request::decode(&bytes);
+        let _ = Reply::decode(&bytes);
+    }
+
+    /// Mutating one byte of a valid message decodes to something or to an
+    /// error, never a panic (lengths and counts are checked before use).
+    #[test]
+    fn mutated_messages_never_panic(r in request(), at in any::<prop::sample::Index>(), v in any::<u8>()) {
+        let mut bytes = r.encode();
+        let i = at.index(bytes.len());
+        bytes[i] = v;
+        let _ = Request::decode(&bytes);
+    }
+}
+
+#[test]
+fn declared_lengths_beyond_the_limits_are_refused() {
+    // BindChannel with a filter count of 2^32-1.
+    let mut b = vec![6, 0, 0, 0, 0];
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(Request::decode(&b).is_err());
+    // A template field whose bytes and mask differ in length.
+    let r = Request::BindChannel {
+        endpoint: 0,
+        filters: vec![],
+        template: vec![WireField {
+            offset: 0,
+            bytes: vec![1, 2],
+            mask: vec![0xff, 0xff],
+        }],
+    };
+    let mut bytes = r.encode();
+    let n = bytes.len();
+    // The mask's length prefix sits 6 bytes before the end: make it 1.
+    bytes[n - 6] = 1;
+    bytes.truncate(n - 1);
+    assert!(Request::decode(&bytes).is_err());
+}
