@@ -60,7 +60,7 @@ fn write_capture(name: &str) -> PathBuf {
 #[test]
 fn demo_runs_and_engines_agree() {
     let out = exonet()
-        .args(["demo", "--frames", "20000"])
+        .args(["demo", "--frames", "20000", "--round-trips", "500"])
         .output()
         .unwrap();
     assert!(
@@ -74,6 +74,8 @@ fn demo_runs_and_engines_agree() {
         "{text}"
     );
     assert!(text.contains("web (10.77.1.5:40000)"));
+    assert!(text.contains("then 500 UDP round trips"), "{text}");
+    assert!(text.contains("refused by the template check"), "{text}");
 }
 
 #[test]

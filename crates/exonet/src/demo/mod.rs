@@ -6,7 +6,8 @@
 //! new connections, DNS and NTP replies, RPC servers, pings, ARP, traffic for
 //! other hosts, non-first fragments, IPv6) is classified by the JIT and by
 //! the interpreter; the demo checks they agree and prints who got what and
-//! how long a frame took.
+//! how long a frame took. Then two such hosts, each a multiplexer with an
+//! application on an endpoint, talk over an in-memory cable ([`hosts`]).
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -19,6 +20,8 @@ use exonet_wire::build;
 use exonet_wire::ethernet::MacAddr;
 use exonet_wire::tcp::flags;
 
+mod hosts;
+
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Frames in the traffic mix.
@@ -27,6 +30,9 @@ pub struct DemoArgs {
     /// Seed of the traffic mix.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// UDP round trips between the two hosts.
+    #[arg(long, default_value_t = 20_000)]
+    pub round_trips: usize,
 }
 
 const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -267,7 +273,9 @@ fn run_inner(args: &DemoArgs) -> Result<(), String> {
         interp_ns / jit_ns
     );
     println!("  JIT and interpreter agree on all {} frames", frames.len());
+    hosts::tour(args.round_trips.max(1))?;
     println!("\nnext: `exonet bench dpf` compares with libpcap, hand-written Rust and eBPF;");
+    println!("      `exonet bench endpoint` times the rings against the kernel's paths;");
     println!("      `exonet filter 'tcp and dst port 80' --explain` shows the trie and code.");
     Ok(())
 }
