@@ -59,6 +59,9 @@ macro_rules! forward_to_inner {
         fn stats(&self) -> LinkStats {
             self.inner.stats()
         }
+        fn prepare_sleep(&mut self) -> bool {
+            self.inner.prepare_sleep()
+        }
     };
 }
 
@@ -145,8 +148,11 @@ pub struct LinkStats {
 /// - **Sleeping.** When [`as_raw_fd`](Link::as_raw_fd) is `Some`, it becomes readable
 ///   (level-triggered) when frames may be received and writable when `send_with` may
 ///   take frames. Before sleeping on it, call `recv_batch` until it returns fewer than
-///   `max`, and sleep no longer than [`poll_timeout`](Link::poll_timeout): only then
-///   is a wake-up guaranteed for the next frame.
+///   `max`, then [`prepare_sleep`](Link::prepare_sleep), and sleep only if that says
+///   nothing arrived meanwhile, for no longer than
+///   [`poll_timeout`](Link::poll_timeout): only then is a wake-up guaranteed for the
+///   next frame. A caller that busy-polls never calls `prepare_sleep`, and its peer
+///   never pays for a wake-up.
 pub trait Link {
     /// Lends up to `max` received frames to `f`, in arrival order; returns how many.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize>;
@@ -186,6 +192,14 @@ pub trait Link {
 
     /// Counters since the link was opened.
     fn stats(&self) -> LinkStats;
+
+    /// Arms the wake-up of [`as_raw_fd`](Link::as_raw_fd) for a caller about to sleep
+    /// on it, and returns whether frames may have arrived since the last
+    /// `recv_batch` (then receive instead of sleeping). Links whose descriptor is
+    /// always armed (kernel sockets) keep the default, which does nothing.
+    fn prepare_sleep(&mut self) -> bool {
+        false
+    }
 
     /// Longest a caller may sleep before calling the link again even without any
     /// readiness on [`as_raw_fd`](Link::as_raw_fd); `None` means no limit. Links that
@@ -228,6 +242,9 @@ macro_rules! forward_link {
         }
         fn poll_timeout(&self) -> Option<Duration> {
             (**self).poll_timeout()
+        }
+        fn prepare_sleep(&mut self) -> bool {
+            (**self).prepare_sleep()
         }
     };
 }

@@ -11,7 +11,7 @@
 //! other end with [`FarEnd::open`].
 //!
 //! Each end's [`Link::as_raw_fd`] is its eventfd, written by the peer only when the end
-//! has announced it may sleep (a `recv_batch` that found the ring empty), so a busy
+//! has announced it may sleep ([`Link::prepare_sleep`]), so a busy
 //! cable costs no system calls.
 //!
 //! The two processes trust each other not to scribble on the rings: indices and
@@ -327,7 +327,6 @@ impl Link for MemWire {
         let ring = 1 - self.side;
         let cap = self.max_frame_len();
         let mut n = 0;
-        let mut armed = false;
         while n < max {
             let tail = self.ctl(ring, TAIL).load(Ordering::Acquire);
             let avail = tail.wrapping_sub(self.rx_head);
@@ -339,12 +338,7 @@ impl Link for MemWire {
                 };
             }
             if avail == 0 {
-                if armed {
-                    break;
-                }
-                self.arm();
-                armed = true;
-                continue;
+                break;
             }
             let take = (avail as usize).min(max - n);
             for _ in 0..take {
@@ -437,6 +431,14 @@ impl Link for MemWire {
             rx_dropped: self.stats.rx_dropped + lost,
             ..self.stats
         }
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        self.arm();
+        // After the fence in `arm`: a frame sent before the peer could see
+        // the flag is in the ring now.
+        let ring = 1 - self.side;
+        self.ctl(ring, TAIL).load(Ordering::Acquire) != self.rx_head
     }
 }
 

@@ -42,9 +42,13 @@ fn readable(fd: RawFd, timeout_ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
 }
 
-/// Sleeps on the link's descriptor. Every sleep in these tests has a frame on its
-/// way, so a timeout means a lost wake-up.
-fn sleep(l: &impl Link) {
+/// Sleeps on the link's descriptor, as the contract says: arm, and sleep unless
+/// frames arrived meanwhile. Every sleep in these tests has a frame on its way, so a
+/// timeout means a lost wake-up.
+fn sleep(l: &mut impl Link) {
+    if l.prepare_sleep() {
+        return;
+    }
     assert!(readable(l.as_raw_fd().unwrap(), 2000), "lost wake-up");
 }
 
@@ -141,19 +145,29 @@ fn send_with_lends_ring_slots() {
 }
 
 #[test]
-fn eventfd_wakes_only_a_sleeping_receiver() {
+fn eventfd_wakes_only_a_receiver_about_to_sleep() {
     let (mut a, mut b) = memwire::pair().unwrap();
     let fd = b.as_raw_fd().unwrap();
     assert!(!readable(fd, 0));
-    // A short batch arms the wake-up.
+    // Busy polling arms nothing: the sender makes no system call.
     assert_eq!(b.recv_batch(&mut |_| {}, 8).unwrap(), 0);
     a.send_batch(&[&frame(1, 60)]).unwrap();
+    assert!(!readable(fd, 0));
+    assert_eq!(b.recv_batch(&mut |_| {}, 8).unwrap(), 1);
+    // A receiver about to sleep arms the wake-up.
+    assert!(!b.prepare_sleep());
+    a.send_batch(&[&frame(2, 60)]).unwrap();
     assert!(readable(fd, 1000));
     assert_eq!(b.recv_batch(&mut |_| {}, 8).unwrap(), 1);
     // Drained and re-armed: quiet until the next frame.
+    assert!(!b.prepare_sleep());
     assert!(!readable(fd, 0));
-    a.send_batch(&[&frame(2, 60)]).unwrap();
+    a.send_batch(&[&frame(3, 60)]).unwrap();
     assert!(readable(fd, 1000));
+    // Frames that came before the arming are reported, not slept on.
+    assert_eq!(b.recv_batch(&mut |_| {}, 8).unwrap(), 1);
+    a.send_batch(&[&frame(4, 60)]).unwrap();
+    assert!(b.prepare_sleep());
 }
 
 #[test]
@@ -166,7 +180,7 @@ fn threads_ping_pong_with_poll_sleeps() {
         while seen < N && Instant::now() < deadline {
             let mut got = Vec::new();
             if b.recv_batch(&mut |f| got.push(f.to_vec()), 32).unwrap() == 0 {
-                sleep(&b);
+                sleep(&mut b);
             }
             let refs: Vec<&[u8]> = got.iter().map(|f| &f[..]).collect();
             assert_eq!(b.send_batch(&refs).unwrap(), refs.len());
@@ -184,7 +198,7 @@ fn threads_ping_pong_with_poll_sleeps() {
         }
         let mut got = Vec::new();
         if a.recv_batch(&mut |f| got.push(seq_of(f)), 64).unwrap() == 0 {
-            sleep(&a);
+            sleep(&mut a);
         }
         for s in got {
             assert_eq!(s, next_recv);
@@ -245,7 +259,7 @@ fn cross_process_echo() {
         }
         let mut got = Vec::new();
         if a.recv_batch(&mut |f| got.push(f.to_vec()), 64).unwrap() == 0 {
-            sleep(&a);
+            sleep(&mut a);
         }
         for f in got {
             let mut want = frame(next_recv, 60 + next_recv as usize % 1400);
@@ -286,7 +300,7 @@ fn memwire_child() {
     while echoed < CROSS_FRAMES && Instant::now() < deadline {
         let mut got = Vec::new();
         if b.recv_batch(&mut |f| got.push(f.to_vec()), 64).unwrap() == 0 {
-            sleep(&b);
+            sleep(&mut b);
         }
         for mut f in got {
             f[0] ^= 0xff;

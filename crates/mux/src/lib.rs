@@ -777,7 +777,8 @@ impl Mux {
         for e in self.endpoints.values() {
             e.ep.wake.announce_sleep();
         }
-        let ready = self.endpoints.values().any(|e| e.ep.tx.has_pending());
+        let ready =
+            self.link.prepare_sleep() || self.endpoints.values().any(|e| e.ep.tx.has_pending());
         let r = if ready {
             Ok(true)
         } else {
