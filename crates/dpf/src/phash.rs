@@ -22,6 +22,8 @@
 
 use std::collections::HashMap;
 
+use exonet_wire::rng::SplitMix64;
+
 /// What the generated code reads: the level-1 hash and the three arrays.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -77,7 +79,7 @@ fn hash(key: u64, mul: u64, shift: u64) -> u64 {
 }
 
 /// Sub-table hash: a 32-bit odd multiplier, so it packs into a bucket word.
-fn params32(bits: u32, rng: &mut u64) -> (u32, u32) {
+fn params32(bits: u32, rng: &mut SplitMix64) -> (u32, u32) {
     if bits == 0 {
         (0, 63)
     } else {
@@ -85,13 +87,10 @@ fn params32(bits: u32, rng: &mut u64) -> (u32, u32) {
     }
 }
 
-fn next_odd(rng: &mut u64) -> u64 {
-    // splitmix64: deterministic, so the same filters give the same tables.
-    *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *rng;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
+/// An odd multiplier; the generator is deterministic, so the same filters
+/// give the same tables.
+fn next_odd(rng: &mut SplitMix64) -> u64 {
+    rng.next_u64() | 1
 }
 
 #[derive(Clone, Debug)]
@@ -110,7 +109,7 @@ pub struct PerfectHash {
     sizes: Vec<Option<u32>>,
     keys: Vec<u64>,
     vals: Vec<u64>,
-    rng: u64,
+    rng: SplitMix64,
 }
 
 impl PerfectHash {
@@ -130,7 +129,7 @@ impl PerfectHash {
             sizes: Vec::new(),
             keys: Vec::new(),
             vals: Vec::new(),
-            rng: 0x5eed,
+            rng: SplitMix64::new(0x5eed),
         };
         t.rebuild();
         t

@@ -2,30 +2,12 @@
 //! every frame, for random sets of filters (with inserts and deletes).
 
 use exonet_dpf::{Dpf, Engine, Filter, FilterId, Op, Width};
+use exonet_wire::rng::SplitMix64;
 use proptest::prelude::*;
-
-/// A small deterministic generator (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-}
 
 /// Frames from a small alphabet, so that filters built from one frame's
 /// bytes often match others too; some are short.
-fn frames(rng: &mut Rng, n: usize) -> Vec<Vec<u8>> {
+fn frames(rng: &mut SplitMix64, n: usize) -> Vec<Vec<u8>> {
     let alphabet = [0u8, 1, 2, 3, 4, 0x45, 0x08, 0xff, 0x11, 0x06];
     (0..n)
         .map(|_| {
@@ -45,7 +27,7 @@ fn read_be(frame: &[u8], off: usize, w: Width) -> Option<u32> {
 }
 
 /// A filter whose constants come from `model`, so it likely matches it.
-fn filter(rng: &mut Rng, model: &[u8]) -> Filter {
+fn filter(rng: &mut SplitMix64, model: &[u8]) -> Filter {
     let mut f = Filter::new();
     let mut base = 0usize;
     let atoms = 1 + rng.below(6);
@@ -70,12 +52,12 @@ fn filter(rng: &mut Rng, model: &[u8]) -> Filter {
                 let w = rng.pick(&[Width::U8, Width::U8, Width::U16, Width::U32]);
                 let off = rng.below(24) as u32;
                 let mask = match rng.below(4) {
-                    0 => (rng.next() as u32 & w.full_mask()) | 1,
+                    0 => (rng.next_u64() as u32 & w.full_mask()) | 1,
                     1 => w.full_mask() >> 8 | 1,
                     _ => w.full_mask(),
                 };
                 let seen =
-                    read_be(model, base + off as usize, w).unwrap_or(rng.next() as u32) & mask;
+                    read_be(model, base + off as usize, w).unwrap_or(rng.next_u64() as u32) & mask;
                 let op = rng.pick(&[
                     Op::Eq,
                     Op::Eq,
@@ -100,7 +82,7 @@ fn filter(rng: &mut Rng, model: &[u8]) -> Filter {
 }
 
 fn check(seed: u64, nfilters: usize) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let fr = frames(&mut rng, 60);
     let mut jit = Dpf::with_engine(Engine::Jit);
     let mut interp = Dpf::with_engine(Engine::Interp);

@@ -17,6 +17,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use exonet_wire::rng::SplitMix64;
+
 use crate::{sendable, Clock, Direction, Link, LinkStats, MonotonicClock};
 
 /// Fault rates for one direction; each rate is a probability per frame in `[0, 1]`.
@@ -57,34 +59,6 @@ pub struct FaultStats {
 /// Spare buffers kept for held frames; more are freed.
 const SPARE_BUFFERS: usize = 256;
 
-/// SplitMix64: tiny, fast and good enough to draw fault decisions reproducibly.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `p`; draws nothing when `p` is 0 (or NaN).
-    fn chance(&mut self, p: f64) -> bool {
-        if p.is_nan() || p <= 0.0 {
-            return false;
-        }
-        // 53 random bits make a uniform float in [0, 1).
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64) < p
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
-    }
-}
-
 #[derive(Debug)]
 struct Held {
     due: Duration,
@@ -108,7 +82,7 @@ enum Verdict {
 #[derive(Debug)]
 struct Lane {
     cfg: Faults,
-    rng: Rng,
+    rng: SplitMix64,
     /// In arrival order, so due times never decrease along it.
     held: VecDeque<Held>,
     /// Released frames, to be emitted before anything new.
@@ -121,7 +95,7 @@ impl Lane {
     fn new(seed: u64) -> Lane {
         Lane {
             cfg: Faults::default(),
-            rng: Rng(seed),
+            rng: SplitMix64::new(seed),
             held: VecDeque::new(),
             ready: VecDeque::new(),
             spare: Vec::new(),
@@ -151,7 +125,7 @@ impl Lane {
             return Verdict::Drop;
         }
         let flip = (self.rng.chance(cfg.corrupt_rate) && !frame.is_empty())
-            .then(|| self.rng.below(frame.len() * 8));
+            .then(|| self.rng.below(frame.len() as u64 * 8) as usize);
         let copies = if self.rng.chance(cfg.duplicate_rate) {
             2
         } else {
@@ -428,20 +402,5 @@ impl<L: Link, C: Clock> Link for FaultInjector<L, C> {
         .into_iter()
         .flatten()
         .min()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Rng;
-
-    #[test]
-    fn chance_extremes_and_mean() {
-        let mut r = Rng(7);
-        assert!((0..1000).all(|_| r.chance(1.0)));
-        assert!((0..1000).all(|_| !r.chance(0.0) && !r.chance(f64::NAN)));
-        let hits = (0..100_000).filter(|_| r.chance(0.25)).count();
-        assert!((24_000..26_000).contains(&hits), "{hits}");
-        assert!((0..1000).all(|_| r.below(3) < 3));
     }
 }

@@ -37,6 +37,7 @@ mod field;
 pub mod icmp;
 pub mod ipv4;
 pub mod pcap;
+pub mod rng;
 pub mod tcp;
 pub mod udp;
 

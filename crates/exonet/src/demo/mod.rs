@@ -18,6 +18,7 @@ use clap::Args;
 use exonet_dpf::{tcpdump, Dpf, Engine, FilterId};
 use exonet_wire::build;
 use exonet_wire::ethernet::MacAddr;
+use exonet_wire::rng::SplitMix64;
 use exonet_wire::tcp::flags;
 
 mod hosts;
@@ -77,28 +78,12 @@ fn applications() -> Vec<(String, String)> {
     apps
 }
 
-/// splitmix64: a deterministic traffic mix from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn traffic(n: usize, seed: u64) -> Vec<Vec<u8>> {
-    let mut rng = Rng(seed);
+    // A deterministic traffic mix from the seed.
+    let mut rng = SplitMix64::new(seed);
     let us = MacAddr([0x02, 0, 0, 0, 0, 1]);
     let them = MacAddr([0x02, 0, 0, 0, 0, 2]);
-    let peer = |rng: &mut Rng| Ipv4Addr::new(10, 77, 1, 2 + rng.below(200) as u8);
+    let peer = |rng: &mut SplitMix64| Ipv4Addr::new(10, 77, 1, 2 + rng.below(200) as u8);
     let tcp = |src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, fl: u8| {
         build::tcp_frame(
             them,

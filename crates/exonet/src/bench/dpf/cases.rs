@@ -9,6 +9,7 @@
 //! 0`), which no frame here is.
 
 use exonet_dpf::Filter;
+use exonet_wire::rng::SplitMix64;
 
 use crate::bench::frames::{TcpFrame, OPT_ROUTER_ALERT};
 
@@ -131,35 +132,6 @@ impl Case {
     }
 }
 
-/// A small deterministic generator (splitmix64), so every run measures the
-/// same frames.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (((self.next() >> 32) * n as u64) >> 32) as usize
-    }
-
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i + 1));
-        }
-    }
-}
-
 /// IPv4 options of the variable-header frames: none, 4 or 8 bytes.
 fn options(k: usize) -> &'static [u8] {
     const RA_NOP: [u8; 8] = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00];
@@ -278,7 +250,8 @@ fn ports(n: usize) -> Case {
     let ports: Vec<u16> = (0..n).map(port).collect();
     // A fixed frame set: every filter equally often, in a shuffled order.
     let mut order: Vec<usize> = (0..n.max(4096)).map(|j| j % n).collect();
-    Rng::new(n as u64).shuffle(&mut order);
+    // Deterministic, so every run measures the same frames.
+    SplitMix64::new(n as u64).shuffle(&mut order);
     Case {
         name: Spec::Ports(n).name(),
         filters: ports.iter().map(|&p| ports_filter(p)).collect(),
