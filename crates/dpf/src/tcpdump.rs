@@ -2257,28 +2257,7 @@ mod tests {
     /// libpcap's compiler is not guaranteed reentrant across versions.
     static PCAP: Mutex<()> = Mutex::new(());
 
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            // xorshift64*
-            let mut x = self.0;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.0 = x;
-            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-        fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-            xs[self.below(xs.len() as u64) as usize]
-        }
-        fn chance(&mut self, pct: u64) -> bool {
-            self.below(100) < pct
-        }
-    }
+    use exonet_wire::rng::SplitMix64 as Rng;
 
     const ADDRS: [u32; 10] = [
         0x0a00_0001, // 10.0.0.1
@@ -2297,28 +2276,28 @@ mod tests {
 
     fn fill(r: &mut Rng, f: &mut [u8]) {
         for b in f.iter_mut() {
-            *b = r.next() as u8;
+            *b = r.next_u64() as u8;
         }
     }
 
     fn addr(r: &mut Rng) -> [u8; 4] {
-        if r.chance(90) {
+        if r.chance(0.9) {
             r.pick(&ADDRS).to_be_bytes()
         } else {
-            (r.next() as u32).to_be_bytes()
+            (r.next_u64() as u32).to_be_bytes()
         }
     }
 
     fn macs(r: &mut Rng, f: &mut [u8]) {
         for off in [0, 6] {
-            if r.chance(70) {
+            if r.chance(0.7) {
                 f[off..off + 6].copy_from_slice(&r.pick(&MACS));
             }
         }
     }
 
     fn random_ipv4(r: &mut Rng) -> Vec<u8> {
-        let ihl = if r.chance(5) {
+        let ihl = if r.chance(0.05) {
             r.below(5)
         } else {
             5 + r.below(11)
@@ -2329,25 +2308,25 @@ mod tests {
         macs(r, &mut f);
         let t = 14 + 4 * ihl;
         for off in [t, t + 2] {
-            let p = if r.chance(90) {
+            let p = if r.chance(0.9) {
                 r.pick(&PORTS)
             } else {
-                r.next() as u16
+                r.next_u64() as u16
             };
             f[off..off + 2].copy_from_slice(&p.to_be_bytes());
         }
         f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        f[14] = if r.chance(95) {
+        f[14] = if r.chance(0.95) {
             0x40
         } else {
-            r.next() as u8 & 0xf0
+            r.next_u64() as u8 & 0xf0
         } | ihl as u8;
-        f[23] = if r.chance(90) {
+        f[23] = if r.chance(0.9) {
             r.pick(&[1, 6, 17, 132, 2, 6, 17])
         } else {
-            r.next() as u8
+            r.next_u64() as u8
         };
-        let flags = (r.next() as u16) & 0xe000;
+        let flags = (r.next_u64() as u16) & 0xe000;
         let offset = match r.below(4) {
             0 | 3 => 0,
             1 => 1 + r.below(0x1fff) as u16,
@@ -2365,12 +2344,12 @@ mod tests {
         let mut f = vec![0u8; len];
         fill(r, &mut f);
         macs(r, &mut f);
-        let et: u16 = if r.chance(50) { 0x0806 } else { 0x8035 };
+        let et: u16 = if r.chance(0.5) { 0x0806 } else { 0x8035 };
         f[12..14].copy_from_slice(&et.to_be_bytes());
         let (s, d) = (addr(r), addr(r));
         f[28..32].copy_from_slice(&s);
         f[38..42].copy_from_slice(&d);
-        if r.chance(30) {
+        if r.chance(0.3) {
             // Where an IPv4 header would keep its addresses.
             let (s, d) = (addr(r), addr(r));
             f[26..30].copy_from_slice(&s);
@@ -2391,7 +2370,7 @@ mod tests {
                 0x809b, 0x80f3, 0x8137, 0x6001, 0x6002, 0x6003, 0x6004, 0x6007, 0x9000, 0x0806,
             ]),
             _ => loop {
-                let e = r.next() as u16;
+                let e = r.next_u64() as u16;
                 if e != 0x0800 && e != 0x86dd {
                     break e;
                 }
@@ -2402,7 +2381,7 @@ mod tests {
             0 => {
                 let sap = r.pick(&[0x42u8, 0xe0, 0xfe, 0x06, 0xf0, 100, 0xff]);
                 f[14] = sap;
-                if r.chance(70) {
+                if r.chance(0.7) {
                     f[15] = sap;
                 }
             }
@@ -2419,7 +2398,7 @@ mod tests {
     }
 
     fn frames() -> Vec<Vec<u8>> {
-        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut r = Rng::new(0x9e37_79b9_7f4a_7c15);
         let mut v = Vec::new();
         for _ in 0..4000 {
             v.push(random_ipv4(&mut r));
@@ -2863,7 +2842,7 @@ mod tests {
     }
 
     fn gen_bare(r: &mut Rng, bare: &[&str], depth: u32) -> String {
-        let pool = if bare.is_empty() || r.chance(5) {
+        let pool = if bare.is_empty() || r.chance(0.05) {
             BARE_ADDRS
         } else {
             bare
@@ -2882,9 +2861,9 @@ mod tests {
 
     /// An expression and the bare operands its last primitive allows.
     fn gen_expr(r: &mut Rng, depth: u32) -> (String, &'static [&'static str]) {
-        let (mut e, mut bare) = if depth < 3 && r.chance(25) {
+        let (mut e, mut bare) = if depth < 3 && r.chance(0.25) {
             let (inner, b) = gen_expr(r, depth + 1);
-            let not = if r.chance(30) { "not " } else { "" };
+            let not = if r.chance(0.3) { "not " } else { "" };
             (format!("{not}({inner})"), b)
         } else {
             let (p, b) = gen_prim(r);
@@ -2894,10 +2873,10 @@ mod tests {
         let n = r.below(if depth < 2 { 4 } else { 2 });
         for _ in 0..n {
             let op = r.pick(&["and", "or", "&&", "||"]);
-            if r.chance(35) {
+            if r.chance(0.35) {
                 e = format!("{e} {op} {}", gen_bare(r, bare, depth));
             } else {
-                let (rhs, b) = if depth < 3 && r.chance(20) {
+                let (rhs, b) = if depth < 3 && r.chance(0.2) {
                     let (inner, b) = gen_expr(r, depth + 1);
                     (format!("({inner})"), b)
                 } else {
@@ -2948,7 +2927,7 @@ mod tests {
 
     #[test]
     fn tcpdump_oracle_random_expressions() {
-        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        let mut r = Rng::new(0x2545_f491_4f6c_dd1d);
         let frames: Vec<Vec<u8>> = frames().into_iter().step_by(4).collect();
         let _g = PCAP.lock().unwrap_or_else(|e| e.into_inner());
         let cap = pcap::Capture::dead(pcap::Linktype::ETHERNET).unwrap();

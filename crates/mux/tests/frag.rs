@@ -15,6 +15,7 @@ use exonet_shm::AppEndpoint;
 use exonet_wire::build::{self, Transport};
 use exonet_wire::ethernet::ethertype;
 use exonet_wire::ipv4::protocol;
+use exonet_wire::rng::SplitMix64;
 use exonet_wire::{EthernetRepr, Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr};
 use proptest::prelude::*;
 
@@ -370,30 +371,6 @@ fn waiting_fragments_per_datagram_are_bounded() {
 }
 
 /// A small xorshift, so that floods are varied and reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-/// Every fragment is counted once, or is still waiting.
-fn accounted(s: &FragStats) -> u64 {
-    s.heads
-        + s.unmatched_heads
-        + s.bad
-        + s.bodies_forwarded
-        + s.orphans_timed_out
-        + s.dropped_no_memory
-        + s.dropped_too_many
-        + s.dropped_unmatched_head
-        + s.held_frames
-}
-
 #[test]
 fn a_flood_of_body_fragments_stays_within_the_bounds() {
     const MEMORY: usize = 32 * 1024;
@@ -403,19 +380,19 @@ fn a_flood_of_body_fragments_stays_within_the_bounds() {
         frag_datagrams: DATAGRAMS,
         ..MuxConfig::default()
     });
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
     let t0 = Instant::now();
     let mut sent = 0u64;
     for round in 0..40u64 {
         for _ in 0..64 {
-            let ident = rng.next() as u16;
-            let offset = (1 + rng.next() % 8000) as u16 * 8;
-            let len = 8 * (1 + rng.next() as usize % 180);
+            let ident = rng.next_u64() as u16;
+            let offset = (1 + rng.next_u64() % 8000) as u16 * 8;
+            let len = 8 * (1 + rng.next_u64() as usize % 180);
             let f = fragment(
                 protocol::UDP,
                 ident,
                 offset,
-                rng.next() & 1 == 0,
+                rng.next_u64() & 1 == 0,
                 &vec![0xee; len],
             );
             t.wire.send_batch(&[&f]).unwrap();
@@ -721,4 +698,17 @@ fn addresses_in_the_key_separate_datagrams() {
     t.mux.poll_rx().unwrap();
     assert_eq!(drain_rx(&mut t.a).len(), 1);
     assert_eq!(frag_stats(&t.mux).held_frames, 1);
+}
+
+/// Every fragment is counted once, or is still waiting.
+fn accounted(s: &FragStats) -> u64 {
+    s.heads
+        + s.unmatched_heads
+        + s.bad
+        + s.bodies_forwarded
+        + s.orphans_timed_out
+        + s.dropped_no_memory
+        + s.dropped_too_many
+        + s.dropped_unmatched_head
+        + s.held_frames
 }
