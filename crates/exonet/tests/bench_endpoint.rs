@@ -123,6 +123,7 @@ fn quick_endpoint_suite_reports_every_case_and_system() {
         ("ring-mpps", "exonet", "mpps", false),
         ("raw-rtt-veth", "exonet-afxdp", "us_rtt", true),
         ("raw-rtt-veth", "exonet-afpacket", "us_rtt", true),
+        ("raw-rtt-veth", "exonet-afpacket-v2", "us_rtt", true),
         ("raw-rtt-veth", "linux-udp", "us_rtt", true),
     ];
     let lines: Vec<&str> = stdout.lines().collect();

@@ -1,9 +1,9 @@
 //! Real peers over veth (root only; "skipped: needs root" otherwise): the
 //! daemon owns one end of a veth pair in its own namespace, Linux the other.
-//! With the afpacket and then the afxdp link: Linux `ping` and `arping` get
-//! answers from the multiplexer itself, and a scapy script gets its UDP
-//! frames echoed by `exonet raw-echo`, before and after a burst of hostile
-//! frames.
+//! With the afpacket link (in both receive modes) and the afxdp link: Linux
+//! `ping` and `arping` get answers from the multiplexer itself, and a scapy
+//! script gets its UDP frames echoed by `exonet raw-echo`, before and after
+//! a burst of hostile frames.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -78,13 +78,15 @@ fn stat(sock: &Path, kind: &str, name: &str) -> u64 {
         .sum()
 }
 
-fn serve_linux_peers(link: &str, subnet: u8) {
+/// With the daemon on `link` (`afpacket` or `afxdp`), its interface followed
+/// by `suffix` in the link spec, the addresses in 10.77.`subnet`.0/24.
+fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
     let pid = std::process::id();
-    let dir = std::env::temp_dir().join(format!("exonet-veth-{pid}-{link}"));
+    let dir = std::env::temp_dir().join(format!("exonet-veth-{pid}-{link}{subnet}"));
     std::fs::create_dir_all(&dir).unwrap();
     let mut rig = Rig {
-        exo: format!("exo-{pid}-{link}-x"),
-        linux: format!("exo-{pid}-{link}-l"),
+        exo: format!("exo-{pid}-{link}{subnet}-x"),
+        linux: format!("exo-{pid}-{link}{subnet}-l"),
         procs: Vec::new(),
         dir: dir.clone(),
     };
@@ -117,7 +119,7 @@ fn serve_linux_peers(link: &str, subnet: u8) {
 
     let sock = dir.join("control.sock");
     let daemon = in_ns(&rig.exo, env!("CARGO_BIN_EXE_exonet"))
-        .args(["daemon", "--link", &format!("{link}:{vx}")])
+        .args(["daemon", "--link", &format!("{link}:{vx}{suffix}")])
         .args(["--ip", &format!("{exo_ip}/24"), "--socket"])
         .arg(&sock)
         .stderr(Stdio::piped())
@@ -175,7 +177,16 @@ fn linux_peers_over_afpacket() {
         eprintln!("skipped: needs root");
         return;
     }
-    serve_linux_peers("afpacket", 41);
+    serve_linux_peers("afpacket", "", 41);
+}
+
+#[test]
+fn linux_peers_over_afpacket_frames() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    serve_linux_peers("afpacket", ":frames", 43);
 }
 
 #[test]
@@ -184,5 +195,5 @@ fn linux_peers_over_afxdp() {
         eprintln!("skipped: needs root");
         return;
     }
-    serve_linux_peers("afxdp", 42);
+    serve_linux_peers("afxdp", "", 42);
 }

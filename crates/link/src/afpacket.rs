@@ -1,17 +1,24 @@
-//! AF_PACKET with memory-mapped rings: a TPACKET_V3 receive ring of blocks and a
-//! TPACKET_V3 transmit ring of fixed frames, both on one socket bound to one
-//! interface.
+//! AF_PACKET with memory-mapped rings: a receive ring and a transmit ring of fixed
+//! frames, both on one socket bound to one interface.
 //!
-//! Receive is zero-copy: frames are lent straight from the ring, and a block goes back
-//! to the kernel once all its frames have been lent. The kernel hands a block over
-//! when it is full or after [`Config::block_timeout_ms`], which bounds the receive
-//! latency at low rates. Transmit writes frames straight into ring slots and kicks the
-//! kernel with one `sendto` per batch. The socket ignores frames leaving the interface
-//! (`PACKET_IGNORE_OUTGOING`), so it never receives its own or the host's
-//! transmissions, and bypasses the qdisc layer when the kernel allows it.
+//! The receive ring works in one of two [`RxMode`]s. [`RxMode::Blocks`] (the default)
+//! is TPACKET_V3: frames packed into blocks, and the kernel hands a block over when it
+//! is full or after [`Config::block_timeout_ms`], which bounds the receive latency at
+//! low rates (a lone frame waits for the timer). [`RxMode::Frames`] is TPACKET_V2: one
+//! slot per frame, handed over (and the socket made readable) as soon as the frame is
+//! written: a wake-up per frame instead of per block, for latency. The version is the
+//! socket's, so the transmit ring follows it; both versions transmit alike.
+//!
+//! Receive is zero-copy: frames are lent straight from the ring, and a block (or slot)
+//! goes back to the kernel once all its frames have been lent. Transmit writes frames
+//! straight into ring slots and kicks the kernel with one `sendto` per batch. The
+//! socket ignores frames leaving the interface (`PACKET_IGNORE_OUTGOING`), so it never
+//! receives its own or the host's transmissions, and bypasses the qdisc layer when the
+//! kernel allows it.
 //!
 //! Offloads that merge frames (GRO, LRO) should be off on the interface: a merged
-//! super-frame larger than a block is truncated by the kernel and dropped here.
+//! super-frame larger than a block (or slot) is truncated by the kernel and dropped
+//! here.
 
 use std::cell::Cell;
 use std::io;
@@ -25,10 +32,11 @@ use exonet_wire::ethernet::{ethertype, HEADER_LEN};
 use crate::sys::{self, Mmap};
 use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
 
-/// Where a transmit frame's data starts in its slot: after the aligned V3 header
-/// (the kernel's `tp_hdrlen - sizeof(struct sockaddr_ll)`).
-const TX_DATA_OFF: usize = (size_of::<libc::tpacket3_hdr>() + libc::TPACKET_ALIGNMENT - 1)
-    & !(libc::TPACKET_ALIGNMENT - 1);
+/// `TPACKET_ALIGN`: frame headers and data are aligned to this in the rings.
+const fn tpacket_align(n: usize) -> usize {
+    (n + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1)
+}
+
 /// Offset of `block_status` in a V3 block descriptor (likewise the other fields).
 const BLOCK_STATUS: usize =
     offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
@@ -39,16 +47,65 @@ const BLOCK_FIRST_PKT: usize = offset_of!(libc::tpacket_block_desc, hdr)
 /// Nominal receive frame size: V3 packs frames of any size into blocks, but the
 /// kernel still checks the frame geometry.
 const RX_FRAME: usize = 2048;
+/// Room a V2 receive slot needs before the network header of a frame: the kernel puts
+/// that at `TPACKET_ALIGN(tp_hdrlen + 16)` for link-layer headers of up to 16 bytes,
+/// and the link-layer header just before it.
+const V2_RX_ROOM: usize = tpacket_align(libc::TPACKET2_HDRLEN + 16);
+
+/// How the kernel hands received frames over (see the [module documentation](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RxMode {
+    /// TPACKET_V3: frames packed into blocks of [`Config::block_size`], each handed
+    /// over when full or [`Config::block_timeout_ms`] after its first frame. Fewest
+    /// wake-ups and the best throughput; a lone frame waits for the timer (1 ms at
+    /// least).
+    #[default]
+    Blocks,
+    /// TPACKET_V2: one slot per frame, handed over as soon as it is written. The
+    /// receive ring's memory (`block_size * block_count`) is cut into slots of one
+    /// largest frame each; `block_timeout_ms` is unused. The transmit ring is
+    /// TPACKET_V2 too.
+    Frames,
+}
+
+impl RxMode {
+    fn version(self) -> libc::c_int {
+        (match self {
+            RxMode::Blocks => libc::tpacket_versions::TPACKET_V3,
+            RxMode::Frames => libc::tpacket_versions::TPACKET_V2,
+        }) as libc::c_int
+    }
+
+    /// Offset of a frame header's status word in its slot.
+    fn status_off(self) -> usize {
+        match self {
+            RxMode::Blocks => offset_of!(libc::tpacket3_hdr, tp_status),
+            RxMode::Frames => offset_of!(libc::tpacket2_hdr, tp_status),
+        }
+    }
+
+    /// Where a transmit frame's data starts in its slot: after the aligned frame
+    /// header (the kernel's `tp_hdrlen - sizeof(struct sockaddr_ll)`).
+    fn tx_data_off(self) -> usize {
+        tpacket_align(match self {
+            RxMode::Blocks => size_of::<libc::tpacket3_hdr>(),
+            RxMode::Frames => size_of::<libc::tpacket2_hdr>(),
+        })
+    }
+}
 
 /// Ring geometry and socket options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
+    /// How received frames are handed over.
+    pub rx_mode: RxMode,
     /// Bytes per receive block: a power of two, at least one page and at least the
-    /// largest frame plus its header.
+    /// largest frame plus its header. In [`RxMode::Frames`], cut into slots.
     pub block_size: usize,
     /// Receive blocks.
     pub block_count: usize,
-    /// Longest the kernel keeps a partly filled block before handing it over (ms).
+    /// Longest the kernel keeps a partly filled block before handing it over (ms;
+    /// [`RxMode::Blocks`] only).
     pub block_timeout_ms: u32,
     /// Transmit slots (rounded up to fill whole pages).
     pub tx_frames: usize,
@@ -59,10 +116,11 @@ pub struct Config {
 }
 
 impl Default for Config {
-    /// 32 receive blocks of 128 KiB, 1 ms block timeout, 512 transmit slots, not
-    /// promiscuous, qdisc bypass on.
+    /// Blocks mode, 32 receive blocks of 128 KiB, 1 ms block timeout, 512 transmit
+    /// slots, not promiscuous, qdisc bypass on.
     fn default() -> Self {
         Config {
+            rx_mode: RxMode::Blocks,
             block_size: 1 << 17,
             block_count: 32,
             block_timeout_ms: 1,
@@ -71,6 +129,34 @@ impl Default for Config {
             qdisc_bypass: true,
         }
     }
+}
+
+/// The receive ring and where we are in it.
+#[derive(Debug)]
+enum RxRing {
+    Blocks(Blocks),
+    Frames(Frames),
+}
+
+/// A TPACKET_V3 receive ring of `count` blocks of `size` bytes.
+#[derive(Debug)]
+struct Blocks {
+    size: usize,
+    count: usize,
+    /// The current block, frames left in it and the offset of the next one.
+    current: usize,
+    left: u32,
+    next: usize,
+}
+
+/// A TPACKET_V2 receive ring of `count` slots of `size` bytes, end to end from the
+/// start of the mapping (slots fill blocks exactly: both sizes are powers of two).
+#[derive(Debug)]
+struct Frames {
+    size: usize,
+    count: usize,
+    /// The next slot the kernel fills.
+    head: usize,
 }
 
 /// An AF_PACKET link bound to one interface (see the [module documentation](self)).
@@ -83,12 +169,9 @@ pub struct AfPacket {
     ifname: String,
     mtu: usize,
     mac: [u8; 6],
-    block_size: usize,
-    block_count: usize,
-    /// Receive position: current block, frames left in it, offset of the next one.
-    rx_block: usize,
-    rx_left: u32,
-    rx_off: usize,
+    /// Also picks the transmit ring's frame header: the version is the socket's.
+    mode: RxMode,
+    rx: RxRing,
     tx_off: usize,
     tx_frame_size: usize,
     tx_frames: usize,
@@ -125,10 +208,21 @@ impl AfPacket {
         let ifindex = sys::if_index(ifname)?;
         let (mtu, mac) = sys::if_mtu_mac(raw, ifname)?;
         let max_frame = mtu + MAX_HEADER_LEN;
+        let mode = cfg.rx_mode;
 
+        // A V3 block holds at least one frame with its header; a V2 slot is one frame
+        // with the room before it, rounded up so that slots fill blocks exactly.
+        let (rx_frame, rx_frames) = match mode {
+            RxMode::Blocks => (RX_FRAME, cfg.block_size / RX_FRAME * cfg.block_count),
+            RxMode::Frames => {
+                let slot = (V2_RX_ROOM + max_frame).next_power_of_two();
+                (slot, cfg.block_size / slot * cfg.block_count)
+            }
+        };
         if !cfg.block_size.is_power_of_two()
             || cfg.block_size < page
-            || cfg.block_size < TX_DATA_OFF + max_frame
+            || cfg.block_size < mode.tx_data_off() + max_frame
+            || cfg.block_size < rx_frame
             || cfg.block_count == 0
             || cfg.tx_frames == 0
         {
@@ -137,14 +231,13 @@ impl AfPacket {
                 "block size must be a power of two of at least a page and a frame",
             ));
         }
-        let tx_frame_size = (TX_DATA_OFF + max_frame).next_power_of_two();
+        let tx_frame_size = (mode.tx_data_off() + max_frame).next_power_of_two();
         let tx_block = tx_frame_size.max(page);
         let per_block = tx_block / tx_frame_size;
         let tx_blocks = cfg.tx_frames.div_ceil(per_block);
         let tx_frames = tx_blocks * per_block;
 
-        let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &mode.version())?;
         // Malformed transmit frames are skipped instead of stalling the ring.
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_LOSS, &1 as &libc::c_int)?;
         sys::setsockopt(
@@ -163,11 +256,13 @@ impl AfPacket {
             );
         }
         let uint = |v: usize| libc::c_uint::try_from(v).map_err(io::Error::other);
+        // V2 takes the leading `tpacket_req` part of the request; the block timeout and
+        // the rest only matter to V3.
         let rx_req = libc::tpacket_req3 {
             tp_block_size: uint(cfg.block_size)?,
             tp_block_nr: uint(cfg.block_count)?,
-            tp_frame_size: uint(RX_FRAME)?,
-            tp_frame_nr: uint(cfg.block_size / RX_FRAME * cfg.block_count)?,
+            tp_frame_size: uint(rx_frame)?,
+            tp_frame_nr: uint(rx_frames)?,
             tp_retire_blk_tov: cfg.block_timeout_ms,
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
@@ -210,17 +305,28 @@ impl AfPacket {
             )
         })?;
 
+        let rx = match mode {
+            RxMode::Blocks => RxRing::Blocks(Blocks {
+                size: cfg.block_size,
+                count: cfg.block_count,
+                current: 0,
+                left: 0,
+                next: 0,
+            }),
+            RxMode::Frames => RxRing::Frames(Frames {
+                size: rx_frame,
+                count: rx_frames,
+                head: 0,
+            }),
+        };
         Ok(AfPacket {
             fd,
             map,
             ifname: ifname.to_string(),
             mtu,
             mac,
-            block_size: cfg.block_size,
-            block_count: cfg.block_count,
-            rx_block: 0,
-            rx_left: 0,
-            rx_off: 0,
+            mode,
+            rx,
             tx_off,
             tx_frame_size,
             tx_frames,
@@ -235,29 +341,6 @@ impl AfPacket {
     /// The interface the socket is bound to.
     pub fn ifname(&self) -> &str {
         &self.ifname
-    }
-
-    /// The status word at `off` in the mapping, shared with the kernel.
-    fn status(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.map.len());
-        // SAFETY: callers pass the offset of a block or frame status word, which lies
-        // in the mapping and is 4-byte aligned (blocks and frames are 16-aligned); the
-        // kernel and we only access it as a whole word.
-        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(off).cast()) }
-    }
-
-    fn read_u32(&self, off: usize) -> u32 {
-        // SAFETY: as for `status`, for a field the kernel wrote before releasing the
-        // block to us (the Acquire load of its status orders this read after it).
-        unsafe { std::ptr::read(self.map.as_ptr().add(off).cast::<u32>()) }
-    }
-
-    /// Gives the current receive block back to the kernel.
-    fn release_block(&mut self) {
-        self.status(self.rx_block * self.block_size + BLOCK_STATUS)
-            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.rx_block = (self.rx_block + 1) % self.block_count;
-        self.rx_left = 0;
     }
 
     /// Asks the kernel to send the queued frames, without waiting for them.
@@ -286,6 +369,137 @@ impl AfPacket {
     }
 }
 
+/// The status word at `off` in the mapping, shared with the kernel.
+fn status(map: &Mmap, off: usize) -> &AtomicU32 {
+    debug_assert!(off.is_multiple_of(4) && off + 4 <= map.len());
+    // SAFETY: callers pass the offset of a block or frame status word, which lies in
+    // the mapping and is 4-byte aligned (blocks and frames are 16-aligned); the kernel
+    // and we only access it as a whole word.
+    unsafe { AtomicU32::from_ptr(map.as_ptr().add(off).cast()) }
+}
+
+fn read_u32(map: &Mmap, off: usize) -> u32 {
+    // SAFETY: as for `status`, for a field the kernel wrote before releasing the
+    // block to us (the Acquire load of its status orders this read after it).
+    unsafe { std::ptr::read(map.as_ptr().add(off).cast::<u32>()) }
+}
+
+impl Blocks {
+    /// Gives the current block back to the kernel.
+    fn release(&mut self, map: &Mmap) {
+        status(map, self.current * self.size + BLOCK_STATUS)
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        self.current = (self.current + 1) % self.count;
+        self.left = 0;
+    }
+
+    /// Lends up to `max` frames to `f`, from the current block on; returns how many.
+    fn recv(
+        &mut self,
+        map: &Mmap,
+        stats: &mut LinkStats,
+        f: &mut dyn FnMut(&[u8]),
+        max: usize,
+    ) -> usize {
+        let hdr_len = size_of::<libc::tpacket3_hdr>();
+        let mut n = 0;
+        while n < max {
+            let block = self.current * self.size;
+            if self.left == 0 {
+                let st = status(map, block + BLOCK_STATUS).load(Ordering::Acquire);
+                if st & libc::TP_STATUS_USER == 0 {
+                    break;
+                }
+                self.left = read_u32(map, block + BLOCK_NUM_PKTS);
+                self.next = read_u32(map, block + BLOCK_FIRST_PKT) as usize;
+                if self.left == 0 {
+                    self.release(map);
+                    continue;
+                }
+            }
+            // The kernel wrote these offsets; check them anyway rather than trust
+            // them with an out-of-bounds read.
+            if !self.next.is_multiple_of(4) || self.next + hdr_len > self.size {
+                stats.rx_dropped += u64::from(self.left);
+                self.release(map);
+                continue;
+            }
+            // SAFETY: the header lies within the block (checked above), is aligned
+            // (TPACKET_ALIGNMENT), and the block belongs to us until released.
+            let h: libc::tpacket3_hdr =
+                unsafe { std::ptr::read(map.as_ptr().add(block + self.next).cast()) };
+            let start = self.next + usize::from(h.tp_mac);
+            let len = h.tp_snaplen as usize;
+            if h.tp_snaplen < h.tp_len || start + len > self.size {
+                stats.rx_dropped += 1;
+            } else {
+                // SAFETY: the frame lies within the block, which stays ours (and
+                // unchanged) until `release`, after the callback returns.
+                let frame =
+                    unsafe { std::slice::from_raw_parts(map.as_ptr().add(block + start), len) };
+                f(frame);
+                n += 1;
+                stats.rx_frames += 1;
+                stats.rx_bytes += len as u64;
+            }
+            self.left -= 1;
+            if self.left == 0 {
+                self.release(map);
+            } else if h.tp_next_offset == 0 {
+                stats.rx_dropped += u64::from(self.left);
+                self.release(map);
+            } else {
+                self.next += h.tp_next_offset as usize;
+            }
+        }
+        n
+    }
+}
+
+impl Frames {
+    /// Lends up to `max` frames to `f`, from slot `head` on, each slot given back to
+    /// the kernel once its frame has been lent (or dropped); returns how many.
+    fn recv(
+        &mut self,
+        map: &Mmap,
+        stats: &mut LinkStats,
+        f: &mut dyn FnMut(&[u8]),
+        max: usize,
+    ) -> usize {
+        let hdr_len = size_of::<libc::tpacket2_hdr>();
+        let mut n = 0;
+        while n < max {
+            let slot = self.head * self.size;
+            let st = status(map, slot + RxMode::Frames.status_off());
+            if st.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the slot lies in the receive ring (`head < count`, and the
+            // slots fill the ring), is aligned (TPACKET_ALIGNMENT), and belongs to us
+            // until its status goes back to the kernel.
+            let h: libc::tpacket2_hdr = unsafe { std::ptr::read(map.as_ptr().add(slot).cast()) };
+            // The kernel wrote the offset and lengths; check them against the slot.
+            let start = usize::from(h.tp_mac);
+            let len = h.tp_snaplen as usize;
+            if h.tp_snaplen < h.tp_len || start < hdr_len || start + len > self.size {
+                stats.rx_dropped += 1;
+            } else {
+                // SAFETY: the frame lies within the slot (checked above), which stays
+                // ours (and unchanged) until released below, after the callback.
+                let frame =
+                    unsafe { std::slice::from_raw_parts(map.as_ptr().add(slot + start), len) };
+                f(frame);
+                n += 1;
+                stats.rx_frames += 1;
+                stats.rx_bytes += len as u64;
+            }
+            st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.head = (self.head + 1) % self.count;
+        }
+        n
+    }
+}
+
 impl Link for AfPacket {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
         if let Some(e) = self.deferred.take() {
@@ -294,59 +508,10 @@ impl Link for AfPacket {
         if self.tx_unkicked {
             self.kick()?;
         }
-        let hdr_len = size_of::<libc::tpacket3_hdr>();
-        let mut n = 0;
-        while n < max {
-            let block = self.rx_block * self.block_size;
-            if self.rx_left == 0 {
-                let status = self.status(block + BLOCK_STATUS).load(Ordering::Acquire);
-                if status & libc::TP_STATUS_USER == 0 {
-                    break;
-                }
-                self.rx_left = self.read_u32(block + BLOCK_NUM_PKTS);
-                self.rx_off = self.read_u32(block + BLOCK_FIRST_PKT) as usize;
-                if self.rx_left == 0 {
-                    self.release_block();
-                    continue;
-                }
-            }
-            // The kernel wrote these offsets; check them anyway rather than trust
-            // them with an out-of-bounds read.
-            if !self.rx_off.is_multiple_of(4) || self.rx_off + hdr_len > self.block_size {
-                self.stats.rx_dropped += u64::from(self.rx_left);
-                self.release_block();
-                continue;
-            }
-            // SAFETY: the header lies within the block (checked above), is aligned
-            // (TPACKET_ALIGNMENT), and the block belongs to us until released.
-            let h: libc::tpacket3_hdr =
-                unsafe { std::ptr::read(self.map.as_ptr().add(block + self.rx_off).cast()) };
-            let start = self.rx_off + usize::from(h.tp_mac);
-            let len = h.tp_snaplen as usize;
-            if h.tp_snaplen < h.tp_len || start + len > self.block_size {
-                self.stats.rx_dropped += 1;
-            } else {
-                // SAFETY: the frame lies within the block, which stays ours (and
-                // unchanged) until `release_block`, after the callback returns.
-                let frame = unsafe {
-                    std::slice::from_raw_parts(self.map.as_ptr().add(block + start), len)
-                };
-                f(frame);
-                n += 1;
-                self.stats.rx_frames += 1;
-                self.stats.rx_bytes += len as u64;
-            }
-            self.rx_left -= 1;
-            if self.rx_left == 0 {
-                self.release_block();
-            } else if h.tp_next_offset == 0 {
-                self.stats.rx_dropped += u64::from(self.rx_left);
-                self.release_block();
-            } else {
-                self.rx_off += h.tp_next_offset as usize;
-            }
-        }
-        Ok(n)
+        Ok(match &mut self.rx {
+            RxRing::Blocks(b) => b.recv(&self.map, &mut self.stats, f, max),
+            RxRing::Frames(r) => r.recv(&self.map, &mut self.stats, f, max),
+        })
     }
 
     fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize> {
@@ -354,20 +519,21 @@ impl Link for AfPacket {
             return Err(e);
         }
         let cap = self.max_frame_len();
-        let status_off = offset_of!(libc::tpacket3_hdr, tp_status);
+        let (status_off, data_off) = (self.mode.status_off(), self.mode.tx_data_off());
         let mut n = 0;
         let mut queued = self.tx_unkicked;
         loop {
             let slot = self.tx_off + self.tx_head * self.tx_frame_size;
+            let st = status(&self.map, slot + status_off);
             // Anything but AVAILABLE means the kernel still owns the slot: the ring is
             // full up to here.
-            if self.status(slot + status_off).load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
+            if st.load(Ordering::Acquire) != libc::TP_STATUS_AVAILABLE {
                 break;
             }
             // SAFETY: the slot is available, so the kernel does not read it, and its
             // data area of `cap` bytes lies within the slot.
             let buf = unsafe {
-                std::slice::from_raw_parts_mut(self.map.as_ptr().add(slot + TX_DATA_OFF), cap)
+                std::slice::from_raw_parts_mut(self.map.as_ptr().add(slot + data_off), cap)
             };
             let Some(len) = fill(buf) else { break };
             n += 1;
@@ -379,20 +545,25 @@ impl Link for AfPacket {
                 self.stats.tx_dropped += 1;
                 continue;
             }
-            let hdr = self
-                .map
-                .as_ptr()
-                .wrapping_add(slot)
-                .cast::<libc::tpacket3_hdr>();
+            let hdr = self.map.as_ptr().wrapping_add(slot);
             // SAFETY: the slot's header is ours while its status is AVAILABLE; raw
             // field writes avoid making a reference to memory the kernel shares.
             unsafe {
-                (*hdr).tp_len = len as u32;
-                (*hdr).tp_snaplen = len as u32;
-                (*hdr).tp_next_offset = 0;
+                match self.mode {
+                    RxMode::Blocks => {
+                        let h = hdr.cast::<libc::tpacket3_hdr>();
+                        (*h).tp_len = len as u32;
+                        (*h).tp_snaplen = len as u32;
+                        (*h).tp_next_offset = 0;
+                    }
+                    RxMode::Frames => {
+                        let h = hdr.cast::<libc::tpacket2_hdr>();
+                        (*h).tp_len = len as u32;
+                        (*h).tp_snaplen = len as u32;
+                    }
+                }
             }
-            self.status(slot + status_off)
-                .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             self.tx_head = (self.tx_head + 1) % self.tx_frames;
             self.stats.tx_frames += 1;
             self.stats.tx_bytes += len as u64;
@@ -427,6 +598,7 @@ impl Link for AfPacket {
     }
 
     fn stats(&self) -> LinkStats {
+        // A V2 socket writes only the leading `tpacket_stats` part: both counters.
         let mut st = libc::tpacket_stats_v3 {
             tp_packets: 0,
             tp_drops: 0,

@@ -8,8 +8,8 @@
 //! - [`memwire`]: an in-memory Ethernet cable between two links, in one process or
 //!   across two (shared memory and eventfds); the substrate of tests without privileges;
 //! - [`tap`]: a Linux TAP device;
-//! - [`afpacket`]: an AF_PACKET socket with mmap'ed TPACKET_V3 rings, bound to one
-//!   interface;
+//! - [`afpacket`]: an AF_PACKET socket with mmap'ed rings, bound to one interface:
+//!   TPACKET_V3 for throughput, or TPACKET_V2 for latency;
 //! - [`afxdp`]: an AF_XDP socket on one interface queue, its frames in a user-space
 //!   UMEM (zero-copy where the driver supports it), taking every frame or only those
 //!   for exonet's IPv4 addresses (the rest stay with Linux).

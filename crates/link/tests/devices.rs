@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use exonet_link::afpacket::AfPacket;
+use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::afxdp::AfXdp;
 use exonet_link::tap::Tap;
 use exonet_link::Link;
@@ -160,13 +160,18 @@ fn wait(l: &impl Link, events: libc::c_short) {
     unsafe { libc::poll(&mut p, 1, 50) };
 }
 
-#[test]
-fn afpacket_over_veth() {
-    if !is_root() {
-        println!("skipped: needs root");
-        return;
-    }
-    let ns = Netns::new("veth");
+/// An AF_PACKET link on `ifname` receiving in `mode`, the rest as by default.
+fn afpacket(ifname: &str, mode: RxMode) -> AfPacket {
+    let cfg = afpacket::Config {
+        rx_mode: mode,
+        ..afpacket::Config::default()
+    };
+    AfPacket::with_config(ifname, cfg).unwrap()
+}
+
+/// A namespace (named after `tag`) with a veth pair in it, both ends up.
+fn veth_pair(tag: &str) -> (Netns, String, String) {
+    let ns = Netns::new(tag);
     let (a_name, b_name) = (
         format!("exo-a{}", std::process::id()),
         format!("exo-b{}", std::process::id()),
@@ -176,9 +181,18 @@ fn afpacket_over_veth() {
     ]);
     ip(&["-n", &ns.0, "link", "set", &a_name, "up"]);
     ip(&["-n", &ns.0, "link", "set", &b_name, "up"]);
+    (ns, a_name, b_name)
+}
+
+fn afpacket_over_veth(mode: RxMode, tag: &str) {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let (ns, a_name, b_name) = veth_pair(tag);
     ns.run(|| {
-        let mut a = AfPacket::open(&a_name).unwrap();
-        let mut b = AfPacket::open(&b_name).unwrap();
+        let mut a = afpacket(&a_name, mode);
+        let mut b = afpacket(&b_name, mode);
         assert_eq!(a.ifname(), a_name);
         assert_eq!(a.mtu(), 1500);
 
@@ -188,6 +202,11 @@ fn afpacket_over_veth() {
         assert_frames(&recv_test_frames(&mut b, out.len(), PATIENCE), &out);
         // PACKET_IGNORE_OUTGOING: the sender does not see its own frames.
         assert!(recv_test_frames(&mut a, 1, Duration::from_millis(200)).is_empty());
+        // In chunks, around the receive ring (2048 slots in Frames mode) and back.
+        for chunk in frames(a.mac(), b.mac(), 2000).chunks(500) {
+            send_all(&mut a, chunk);
+            assert_frames(&recv_test_frames(&mut b, chunk.len(), PATIENCE), chunk);
+        }
 
         // The other way, written straight into the transmit ring.
         let back = frames(b.mac(), a.mac(), 50);
@@ -203,26 +222,96 @@ fn afpacket_over_veth() {
         assert_frames(&recv_test_frames(&mut a, back.len(), PATIENCE), &back);
 
         let (sa, sb) = (a.stats(), b.stats());
-        assert_eq!((sa.tx_frames, sb.tx_frames), (2000, 50));
-        assert!(sb.rx_frames >= 2000 && sa.rx_frames >= 50);
+        assert_eq!((sa.tx_frames, sb.tx_frames), (4000, 50));
+        assert!(sb.rx_frames >= 4000 && sa.rx_frames >= 50);
         assert_eq!(sa.rx_dropped + sb.rx_dropped, 0);
     });
 }
 
 #[test]
-fn tap_to_afpacket_and_back() {
+fn afpacket_over_veth_blocks() {
+    afpacket_over_veth(RxMode::Blocks, "veth");
+}
+
+#[test]
+fn afpacket_over_veth_frames() {
+    afpacket_over_veth(RxMode::Frames, "vethf");
+}
+
+/// Frames mode hands a lone frame over as soon as the kernel has written it: the
+/// socket turns readable without any timer (the block timeout, which Frames mode does
+/// not use, is set to an hour), a `recv_batch` then gets the frame, and once it has
+/// the socket is no longer readable.
+#[test]
+fn afpacket_frames_wakes_for_a_lone_frame() {
     if !is_root() {
         println!("skipped: needs root");
         return;
     }
-    let ns = Netns::new("tap");
+    let (ns, a_name, b_name) = veth_pair("lone");
+    ns.run(|| {
+        let cfg = afpacket::Config {
+            rx_mode: RxMode::Frames,
+            block_timeout_ms: 3_600_000,
+            ..afpacket::Config::default()
+        };
+        let mut a = AfPacket::with_config(&a_name, cfg).unwrap();
+        let mut b = AfPacket::with_config(&b_name, cfg).unwrap();
+        let one = frames(a.mac(), b.mac(), 1);
+        send_all(&mut a, &one);
+
+        // Bounded: the readiness is expected at once; a stray frame before ours
+        // costs one more round.
+        let mut got = Vec::new();
+        for _ in 0..10 {
+            let mut p = libc::pollfd {
+                fd: b.as_raw_fd().unwrap(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut p, 1, PATIENCE.as_millis() as libc::c_int) };
+            assert_eq!(r, 1, "not readable within {PATIENCE:?}");
+            assert_ne!(p.revents & libc::POLLIN, 0, "revents {:#x}", p.revents);
+            let k = b
+                .recv_batch(
+                    &mut |f| {
+                        if is_test_frame(f) {
+                            got.push(f.to_vec());
+                        }
+                    },
+                    64,
+                )
+                .unwrap();
+            assert!(k > 0, "readable, but recv_batch found nothing");
+            if !got.is_empty() {
+                break;
+            }
+        }
+        assert_frames(&got, &one);
+        let mut p = libc::pollfd {
+            fd: b.as_raw_fd().unwrap(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a timeout of 0 only looks.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0, "still readable");
+    });
+}
+
+fn tap_to_afpacket_and_back(mode: RxMode, tag: &str) {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let ns = Netns::new(tag);
     let name = format!("exo-t{}", std::process::id());
     ns.run(|| {
         let mut tap = Tap::open(&name).unwrap();
         assert_eq!(tap.name(), name);
         assert_ne!(tap.mac(), tap.kernel_mac());
         ip(&["-n", &ns.0, "link", "set", &name, "up"]);
-        let mut kernel = AfPacket::open(&name).unwrap();
+        let mut kernel = afpacket(&name, mode);
         assert_eq!(kernel.mac(), tap.kernel_mac());
 
         // Written to the TAP: received by the kernel's interface.
@@ -245,6 +334,16 @@ fn tap_to_afpacket_and_back() {
         assert_eq!((st.tx_frames, st.tx_dropped), (100, 0));
         assert!(st.rx_frames >= 100);
     });
+}
+
+#[test]
+fn tap_to_afpacket_blocks_and_back() {
+    tap_to_afpacket_and_back(RxMode::Blocks, "tap");
+}
+
+#[test]
+fn tap_to_afpacket_frames_and_back() {
+    tap_to_afpacket_and_back(RxMode::Frames, "tapf");
 }
 
 #[test]

@@ -20,10 +20,10 @@
 //!   coming back on the free ring, in batches ([`ring`]). System `exonet`.
 //! - `raw-rtt-veth`, `us_rtt`: round-trip time of a 64-byte UDP frame
 //!   between two processes in two network namespaces joined by a veth pair:
-//!   `exonet-afxdp`, `exonet-afpacket` (a multiplexer and an application in
-//!   each process), `linux-udp` (kernel sockets) ([`veth`]). Needs root;
-//!   without it, or without veth pairs and namespaces, all three are
-//!   reported as skipped.
+//!   `exonet-afxdp`, `exonet-afpacket` (TPACKET_V3), `exonet-afpacket-v2`
+//!   (TPACKET_V2) (a multiplexer and an application in each process),
+//!   `linux-udp` (kernel sockets) ([`veth`]). Needs root; without it, or
+//!   without veth pairs and namespaces, all four are reported as skipped.
 //!
 //! # Processes
 //!

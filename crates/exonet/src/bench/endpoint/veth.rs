@@ -1,8 +1,9 @@
 //! `raw-rtt-veth`: ping-pong of 64-byte UDP frames between two processes in
 //! two network namespaces joined by a veth pair.
 //!
-//! - `exonet-afxdp`, `exonet-afpacket`: each process runs a [`Mux`] on its
-//!   end of the pair (an [`AfXdp`] or [`AfPacket`] link) and an application
+//! - `exonet-afxdp`, `exonet-afpacket`, `exonet-afpacket-v2`: each process
+//!   runs a [`Mux`] on its end of the pair (an [`AfXdp`] or [`AfPacket`]
+//!   link) and an application
 //!   on an in-process endpoint (`Segment::split`), privileged, with one
 //!   channel: the socket filter and template of its UDP port, bound as a
 //!   raw filter and template. The application writes whole frames (inline
@@ -13,6 +14,8 @@
 //!   `exonet-afpacket`'s round trip is bound by the TPACKET_V3 receive
 //!   ring, which hands a block with a single frame to user space only when
 //!   its retire timer fires (the link's `block_timeout_ms`, 1 ms).
+//!   `exonet-afpacket-v2` is the same link in [`RxMode::Frames`]: a
+//!   TPACKET_V2 ring, which hands each frame over as soon as it is written.
 //! - `linux-udp`: two kernel UDP sockets on addresses of the same pair,
 //!   non-blocking and busy-polled, with the same 22-byte payload (so the
 //!   same 64-byte frames on the wire).
@@ -31,7 +34,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use exonet_link::afpacket::AfPacket;
+use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::afxdp::AfXdp;
 use exonet_link::Link;
 use exonet_mux::registry::{socket_filter, socket_template};
@@ -51,13 +54,16 @@ const METRIC: &str = "us_rtt";
 pub enum System {
     ExonetAfxdp,
     ExonetAfpacket,
+    #[value(name = "exonet-afpacket-v2")]
+    ExonetAfpacketV2,
     LinuxUdp,
 }
 
 /// In the order of the table's columns.
-pub const SYSTEMS: [System; 3] = [
+pub const SYSTEMS: [System; 4] = [
     System::ExonetAfxdp,
     System::ExonetAfpacket,
+    System::ExonetAfpacketV2,
     System::LinuxUdp,
 ];
 
@@ -66,6 +72,7 @@ impl System {
         match self {
             System::ExonetAfxdp => "exonet-afxdp",
             System::ExonetAfpacket => "exonet-afpacket",
+            System::ExonetAfpacketV2 => "exonet-afpacket-v2",
             System::LinuxUdp => "linux-udp",
         }
     }
@@ -342,14 +349,24 @@ pub fn node(args: &NodeArgs) -> Result<(), Fail> {
             me,
             them,
         )?),
-        System::ExonetAfpacket => Box::new(Exonet::new(
-            open(
-                AfPacket::open(&args.ifname).map(|l| Box::new(l) as Box<dyn Link>),
-                "AF_PACKET",
-            )?,
-            me,
-            them,
-        )?),
+        System::ExonetAfpacket | System::ExonetAfpacketV2 => {
+            let rx_mode = match args.system {
+                System::ExonetAfpacketV2 => RxMode::Frames,
+                _ => RxMode::Blocks,
+            };
+            let cfg = afpacket::Config {
+                rx_mode,
+                ..afpacket::Config::default()
+            };
+            Box::new(Exonet::new(
+                open(
+                    AfPacket::with_config(&args.ifname, cfg).map(|l| Box::new(l) as Box<dyn Link>),
+                    "AF_PACKET",
+                )?,
+                me,
+                them,
+            )?)
+        }
     };
     match args.role {
         Role::Ping => ping(&mut *wire, args, deadline),
