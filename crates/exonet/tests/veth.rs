@@ -1,6 +1,8 @@
 //! Real peers over veth (root only; "skipped: needs root" otherwise): the
-//! daemon owns one end of a veth pair in its own namespace, Linux the other.
-//! With the afpacket link (in both receive modes) and the afxdp link: Linux
+//! daemon owns one end of a veth pair in its own namespace, Linux the other
+//! (or, for the tap link, the daemon's TAP device, Linux on its kernel
+//! side). With the afpacket link (in both receive modes), the afxdp link and
+//! the tap link: Linux
 //! `ping` and `arping` get answers from the multiplexer itself, and a scapy
 //! script gets its UDP frames echoed by `exonet raw-echo`, before and after
 //! a burst of hostile frames.
@@ -80,7 +82,11 @@ fn stat(sock: &Path, kind: &str, name: &str) -> u64 {
 
 /// With the daemon on `link` (`afpacket` or `afxdp`), its interface followed
 /// by `suffix` in the link spec, the addresses in 10.77.`subnet`.0/24.
+/// With `link` "tap", the daemon's TAP device is the wire and Linux sits on
+/// its kernel side in the same namespace; otherwise a veth pair joins the
+/// daemon's namespace to Linux's.
 fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
+    let tap = link == "tap";
     let pid = std::process::id();
     let dir = std::env::temp_dir().join(format!("exonet-veth-{pid}-{link}{subnet}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -90,32 +96,32 @@ fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
         procs: Vec::new(),
         dir: dir.clone(),
     };
+    if tap {
+        rig.linux = rig.exo.clone();
+    }
     ip(&["netns", "add", &rig.exo]);
-    ip(&["netns", "add", &rig.linux]);
-    let (vx, vl) = (
-        format!("vx{subnet}{}", pid % 10000),
-        format!("vl{subnet}{}", pid % 10000),
-    );
-    ip(&["link", "add", &vx, "type", "veth", "peer", "name", &vl]);
-    ip(&["link", "set", &vx, "netns", &rig.exo]);
-    ip(&["link", "set", &vl, "netns", &rig.linux]);
+    let (vx, vl) = if tap {
+        let t = format!("tp{subnet}{}", pid % 10000);
+        (t.clone(), t)
+    } else {
+        (
+            format!("vx{subnet}{}", pid % 10000),
+            format!("vl{subnet}{}", pid % 10000),
+        )
+    };
+    if !tap {
+        ip(&["netns", "add", &rig.linux]);
+        ip(&["link", "add", &vx, "type", "veth", "peer", "name", &vl]);
+        ip(&["link", "set", &vx, "netns", &rig.exo]);
+        ip(&["link", "set", &vl, "netns", &rig.linux]);
+        ip(&["-n", &rig.exo, "link", "set", &vx, "up"]);
+    }
     for ns in [&rig.exo, &rig.linux] {
         let _ = in_ns(ns, "sysctl")
             .args(["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
             .output();
     }
     let (exo_ip, linux_ip) = (format!("10.77.{subnet}.1"), format!("10.77.{subnet}.2"));
-    ip(&["-n", &rig.exo, "link", "set", &vx, "up"]);
-    ip(&[
-        "-n",
-        &rig.linux,
-        "addr",
-        "add",
-        &format!("{linux_ip}/24"),
-        "dev",
-        &vl,
-    ]);
-    ip(&["-n", &rig.linux, "link", "set", &vl, "up"]);
 
     let sock = dir.join("control.sock");
     let daemon = in_ns(&rig.exo, env!("CARGO_BIN_EXE_exonet"))
@@ -135,6 +141,17 @@ fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
         }
         Client::connect(&sock).is_ok()
     });
+    // The daemon made the TAP device; Linux's side of it comes up now.
+    ip(&[
+        "-n",
+        &rig.linux,
+        "addr",
+        "add",
+        &format!("{linux_ip}/24"),
+        "dev",
+        &vl,
+    ]);
+    ip(&["-n", &rig.linux, "link", "set", &vl, "up"]);
     let echo = Command::new(env!("CARGO_BIN_EXE_exonet"))
         .args(["raw-echo", "--port", "7", "--socket"])
         .arg(&sock)
@@ -148,16 +165,12 @@ fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
 
     run(in_ns(&rig.linux, "ping").args(["-c", "3", "-i", "0.2", "-W", "2", &exo_ip]));
     run(in_ns(&rig.linux, "arping").args(["-c", "2", "-w", "5", "-I", &vl, &exo_ip]));
-    let mac = run(in_ns(&rig.exo, "cat").arg(format!("/sys/class/net/{vx}/address")));
-    let mac = String::from_utf8(mac.stdout).unwrap();
+    let mac = Client::connect(&sock).unwrap().info().unwrap().mac;
+    let mac = mac.map(|b| format!("{b:02x}")).join(":");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scapy/raw_echo.py");
-    let out = run(in_ns(&rig.linux, "/usr/bin/python3").arg(script).args([
-        &vl,
-        &exo_ip,
-        mac.trim(),
-        "7",
-        "30",
-    ]));
+    let out = run(in_ns(&rig.linux, "/usr/bin/python3")
+        .arg(script)
+        .args([&vl, &exo_ip, &mac, "7", "30"]));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("echoed 31/31"),
         "{}",
@@ -196,4 +209,13 @@ fn linux_peers_over_afxdp() {
         return;
     }
     serve_linux_peers("afxdp", "", 42);
+}
+
+#[test]
+fn linux_peers_over_tap() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    serve_linux_peers("tap", "", 44);
 }
