@@ -1,0 +1,36 @@
+//! Time as the protocol cores see it: a value the caller passes in, never read from a
+//! clock inside, so that tests can drive simulated time.
+
+use std::ops::Add;
+use std::time::Duration;
+
+/// A point in time: nanoseconds since an epoch the caller chooses (e.g. when its
+/// event loop started). Arithmetic saturates instead of wrapping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(pub u64);
+
+impl Time {
+    /// The epoch.
+    pub const ZERO: Time = Time(0);
+
+    /// `ms` milliseconds after the epoch.
+    pub const fn from_millis(ms: u64) -> Time {
+        Time(ms.saturating_mul(1_000_000))
+    }
+
+    /// Nanoseconds since the epoch.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+}
+
+impl Add<Duration> for Time {
+    type Output = Time;
+
+    fn add(self, d: Duration) -> Time {
+        Time(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+}
