@@ -5,3 +5,4 @@
 #![warn(missing_docs)]
 
 pub mod ipv4_rx;
+pub mod udp;
