@@ -106,8 +106,9 @@ pub struct Ipv4Datagram<'a> {
     pub frag_offset: u16,
     /// Header length in bytes, options included (the options are skipped).
     pub header_len: usize,
-    /// The header as received, options included; ICMP errors quote it.
-    pub header: &'a [u8],
+    /// The whole datagram as received (header, options and payload, Ethernet padding
+    /// trimmed); ICMP errors quote its start.
+    pub datagram: &'a [u8],
     /// The payload, bounded by the total length (Ethernet padding trimmed).
     pub payload: &'a [u8],
 }
@@ -225,8 +226,7 @@ impl Ipv4Rx {
             return Err(Ipv4Drop::LinkBroadcastUnicast);
         }
         let header_len = ip.header_len();
-        let header = &bytes[..header_len];
-        let payload = &bytes[header_len..usize::from(ip.total_len())];
+        let datagram = &bytes[..usize::from(ip.total_len())];
         Ok(Ipv4Datagram {
             src,
             dst,
@@ -238,8 +238,8 @@ impl Ipv4Rx {
             more_frags: ip.more_frags(),
             frag_offset: ip.frag_offset(),
             header_len,
-            header,
-            payload,
+            datagram,
+            payload: &datagram[header_len..],
         })
     }
 
@@ -422,7 +422,7 @@ mod tests {
         };
         let f = build::ipv4_frame(&eth, &ip, &Transport::Udp(udp)).unwrap();
         let d = rx().receive(&f).unwrap();
-        assert_eq!((d.header_len, d.header.len()), (28, 28));
+        assert_eq!((d.header_len, d.datagram.len()), (28, 39));
         assert_eq!(&d.payload[8..], b"opt");
     }
 

@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod icmp;
 pub mod ipv4_rx;
 pub mod udp;
