@@ -1,13 +1,22 @@
 //! The protocol library (Thekkath et al., "Implementing Network Protocols at User
-//! Level"): sans-IO protocol cores in the style of smoltcp and quinn-proto. Nothing
-//! here does I/O or reads a clock; the caller passes frames and the current [`Time`].
+//! Level"): sans-IO protocol cores in the style of smoltcp and quinn-proto. They take
+//! a frame, and the current [`Time`] where it matters, and return typed results,
+//! events and frames to send. Nothing here does I/O or reads a clock, so tests drive
+//! them with simulated time.
+//!
+//! So far: IPv4 input checks ([`ipv4_rx`]), fragmentation ([`frag`]) and reassembly
+//! ([`reasm`]), ICMP ([`icmp`]), UDP ([`udp`]) and a hierarchical timing wheel
+//! ([`timer`]). The sockets that use them are still to come.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod frag;
+pub mod icmp;
+pub mod ipv4_rx;
 pub mod reasm;
 pub mod time;
 pub mod timer;
+pub mod udp;
 
 pub use frag::{fragment, FragError};
 pub use reasm::{DropCause, ReasmConfig, ReasmStats, Reassembler};

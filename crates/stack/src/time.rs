@@ -22,6 +22,11 @@ impl Time {
     pub const fn as_nanos(self) -> u64 {
         self.0
     }
+
+    /// How long after `earlier` this is; zero if it is not after it.
+    pub fn saturating_duration_since(self, earlier: Time) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
 }
 
 impl Add<Duration> for Time {

@@ -94,14 +94,15 @@ fn load(b: &[u8]) -> u64 {
     u64::from_ne_bytes(w)
 }
 
-/// Add with end-around carry (RFC 1071 §2(A)).
-fn add64(a: u64, b: u64) -> u64 {
+/// Add with end-around carry (RFC 1071 §2(A)), on 64-bit words: for sums
+/// accumulated a word at a time (e.g. while copying), folded with [`fold`].
+pub fn add64(a: u64, b: u64) -> u64 {
     let (s, carry) = a.overflowing_add(b);
     s + u64::from(carry)
 }
 
 /// Fold a wide one's-complement sum to 16 bits.
-fn fold(mut acc: u64) -> u16 {
+pub fn fold(mut acc: u64) -> u16 {
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
     }
