@@ -50,6 +50,9 @@ pub struct DaemonConfig {
     pub max_segment_bytes: u64,
     /// Most connections at once.
     pub max_connections: usize,
+    /// Most connections at once from one uid other than root's, so that
+    /// one user cannot take every connection.
+    pub max_connections_per_uid: usize,
 }
 
 impl DaemonConfig {
@@ -63,6 +66,7 @@ impl DaemonConfig {
             max_channels: 4096,
             max_segment_bytes: 1 << 30,
             max_connections: 1024,
+            max_connections_per_uid: 64,
         }
     }
 }
@@ -146,10 +150,10 @@ impl Daemon {
         let (tx, jobs) = mpsc::channel();
         let thread_stop = stop.clone();
         let thread_bell = bell.clone();
-        let max_connections = config.max_connections;
+        let limits = (config.max_connections, config.max_connections_per_uid);
         let control = std::thread::Builder::new()
             .name("exonet-control".into())
-            .spawn(move || control_loop(listener, tx, thread_bell, thread_stop, max_connections))?;
+            .spawn(move || control_loop(listener, tx, thread_bell, thread_stop, limits))?;
         Ok(Daemon {
             mux,
             config,
@@ -617,7 +621,7 @@ fn control_loop(
     jobs: mpsc::Sender<Job>,
     bell: Arc<Doorbell>,
     stop: StopHandle,
-    max_connections: usize,
+    (max_connections, max_per_uid): (usize, usize),
 ) {
     let mut conns: Vec<Conn> = Vec::new();
     let mut next = 0u64;
@@ -659,7 +663,12 @@ fn control_loop(
         if fds[0].revents != 0 {
             while let Ok(sock) = listener.accept() {
                 let Ok(cred) = sock.peer_cred() else { continue };
-                if conns.len() >= max_connections || sock.set_nonblocking(true).is_err() {
+                let of_uid = conns.iter().filter(|c| c.cred.uid == cred.uid).count();
+                // Refused by closing: the application reads end of stream.
+                if conns.len() >= max_connections
+                    || (cred.uid != 0 && of_uid >= max_per_uid)
+                    || sock.set_nonblocking(true).is_err()
+                {
                     continue;
                 }
                 conns.push(Conn {

@@ -500,3 +500,44 @@ fn per_connection_limits_hold() {
     );
     endpoint(&mut other);
 }
+
+/// One user cannot take every connection; root is not limited this way.
+#[test]
+fn connections_are_limited_per_user() {
+    let d = TestDaemon::start_with("peruid", |c| c.max_connections_per_uid = 2);
+    let path = d.path.clone();
+    let checks = move || -> i32 {
+        let a = Client::connect(&path).unwrap();
+        let b = Client::connect(&path).unwrap();
+        assert!(matches!(
+            Client::connect(&path),
+            Err(ControlError::Disconnected)
+        ));
+        drop(a);
+        // The slot comes back once the daemon has seen the close.
+        until("a slot frees", || Client::connect(&path).is_ok());
+        drop(b);
+        0
+    };
+    // SAFETY: geteuid touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        assert_eq!(checks(), 0);
+        return;
+    }
+    let clients: Vec<Client> = (0..4).map(|_| d.client()).collect();
+    let pid = fork(move || {
+        // SAFETY: drops privileges in the child only.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return 2;
+            }
+        }
+        checks()
+    });
+    let status = reap(pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "per-user checks failed: status {status:#x}"
+    );
+    drop(clients);
+}
