@@ -14,7 +14,9 @@
 //! pushed on its rx ring. No buffer: the frame is dropped and counted
 //! against that endpoint alone. Each endpoint is notified once per batch.
 //! ARP frames always go to the host as well; frames no channel accepts go
-//! to the host, which answers as a host would ([`host`]). IPv4 fragments
+//! to the host, which answers as a host would ([`host`]), except ICMP
+//! errors quoting a socket channel's UDP or TCP datagram, which go to that
+//! channel (RFC 1122 §4.1.3.3). IPv4 fragments
 //! go through the fragment pool ([`frag`]): a head fragment is classified
 //! like any frame and the body fragments follow it to its channel.
 //!
@@ -30,8 +32,9 @@
 //! transmit) and an even share of each batch's classification is charged
 //! to it ([`EndpointStats::rx_ns`], [`EndpointStats::tx_ns`]).
 //!
-//! The registry ([`registry`]) allocates ports, builds the filter and
-//! template of UDP/TCP channels ([`Mux::bind_socket`]), and refuses raw
+//! The registry ([`registry`]) allocates ports (and ICMP echo
+//! identifiers), builds the filter and template of UDP/TCP/ICMP echo
+//! channels ([`Mux::bind_socket`]), and refuses raw
 //! filters and templates of unprivileged endpoints that could receive or
 //! send what is not theirs ([`Mux::bind_channel`]).
 

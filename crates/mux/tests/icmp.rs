@@ -84,9 +84,12 @@ fn errors_reach_the_socket_they_quote_and_no_other() {
     let (ca, _) = mux.bind_socket(a, spec(5000)).unwrap();
     let (cb, _) = mux.bind_socket(b, spec(6000)).unwrap();
     let for_a = unreachable(&our_udp(5000, FAR, 53));
-    let mut exceeded = icmp_to_us(IcmpRepr::TimeExceeded {
+    // Time exceeded with a longer quote (RFC 1812 §4.3.2.3): still A's.
+    let mut long = our_udp(5000, FAR, 53);
+    long.extend_from_slice(&[0; 100]);
+    let exceeded = icmp_to_us(IcmpRepr::TimeExceeded {
         code: time_exceeded::TTL,
-        quoted: &our_udp(5000, FAR, 53),
+        quoted: &long,
     });
     // Parameter problem (12) quotes like the others.
     let mut problem = unreachable(&our_udp(5000, FAR, 53));
@@ -94,16 +97,7 @@ fn errors_reach_the_socket_they_quote_and_no_other() {
     p.set_msg_type(12);
     p.fill_checksum();
     // Quoting only the IP header and 8 bytes, as RFC 792 allows.
-    let short = &our_udp(6000, FAR, 53)[..28];
-    let for_b = unreachable(short);
-    // Exceeded with a bigger quote (RFC 1812): still A's.
-    let mut long = our_udp(5000, FAR, 53);
-    long.extend_from_slice(&[0; 100]);
-    exceeded.clear();
-    exceeded.extend(icmp_to_us(IcmpRepr::TimeExceeded {
-        code: time_exceeded::TTL,
-        quoted: &long,
-    }));
+    let for_b = unreachable(&our_udp(6000, FAR, 53)[..28]);
     wire.send_batch(&[&for_a, &exceeded, &problem, &for_b])
         .unwrap();
     mux.poll_rx().unwrap();
