@@ -586,7 +586,9 @@ fn bad(why: &str) -> (ErrorCode, String) {
 }
 
 fn proto_of(n: u8) -> Result<Proto, (ErrorCode, String)> {
-    Proto::from_number(n).ok_or_else(|| bad("the registry allocates UDP and TCP ports only"))
+    Proto::from_number(n).ok_or_else(|| {
+        bad("the registry allocates UDP and TCP ports and ICMP echo identifiers only")
+    })
 }
 
 fn refused(e: MuxError) -> (ErrorCode, String) {

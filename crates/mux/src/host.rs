@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use crate::Proto;
 use exonet_wire::build::{self, Transport};
 use exonet_wire::ethernet::ethertype;
 use exonet_wire::icmp::{msg_type, unreach};
@@ -65,6 +66,12 @@ pub struct HostStats {
     pub echo_replies: u64,
     pub tcp_resets: u64,
     pub udp_unreachables: u64,
+    /// ICMP errors for us delivered to the socket channel whose datagram
+    /// they quote.
+    pub icmp_errors_delivered: u64,
+    /// ICMP errors for us that quote no socket channel's datagram (or
+    /// quote garbage); left to the host, which drops them.
+    pub icmp_errors_unclaimed: u64,
     /// Refusals not sent because the token bucket was empty.
     pub rate_limited: u64,
     /// Frames no channel accepted and the host did not answer.
@@ -85,6 +92,8 @@ impl HostStats {
             ("echo_replies", self.echo_replies),
             ("tcp_resets", self.tcp_resets),
             ("udp_unreachables", self.udp_unreachables),
+            ("icmp_errors_delivered", self.icmp_errors_delivered),
+            ("icmp_errors_unclaimed", self.icmp_errors_unclaimed),
             ("rate_limited", self.rate_limited),
             ("unmatched_dropped", self.unmatched_dropped),
             ("queue_dropped", self.queue_dropped),
@@ -389,6 +398,71 @@ impl Host {
             _ => false,
         }
     }
+}
+
+/// ICMP types that quote the offending datagram: destination
+/// unreachable, time exceeded, parameter problem.
+const ICMP_ERRORS: [u8; 3] = [msg_type::DST_UNREACHABLE, msg_type::TIME_EXCEEDED, 12];
+
+/// The quoted datagram of a frame that is a whole, intact ICMP error
+/// addressed to one of `addrs`; `None` for any other frame.
+pub(crate) fn icmp_error_quote<'a>(frame: &'a [u8], addrs: &[Ipv4Addr]) -> Option<&'a [u8]> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != ethertype::IPV4 || frame.len() < 14 + 20 {
+        return None;
+    }
+    // Cheap rejections first: this runs on every frame no filter took.
+    let ihl = (frame[14] & 0x0f) as usize * 4;
+    let icmp_type = frame.get(14 + ihl);
+    if frame[14 + 9] != protocol::ICMP || !icmp_type.is_some_and(|t| ICMP_ERRORS.contains(t)) {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(&frame[14..]).ok()?;
+    if !ip.verify_checksum() || !addrs.contains(&ip.dst_addr()) {
+        return None;
+    }
+    // A fragment's checksum cannot be checked, nor its quote trusted whole.
+    if ip.frag_offset() != 0 || ip.more_frags() {
+        return None;
+    }
+    let icmp = IcmpPacket::new_checked(ip.payload()).ok()?;
+    if !icmp.verify_checksum() {
+        return None;
+    }
+    let end = (14 + ip.total_len() as usize).min(frame.len());
+    frame.get(14 + ip.header_len() + exonet_wire::icmp::HEADER_LEN..end)
+}
+
+/// The UDP or TCP flow of ours a quoted datagram belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QuotedFlow {
+    pub proto: Proto,
+    /// Our address and port: the quoted source.
+    pub local: (Ipv4Addr, u16),
+    /// The quoted destination.
+    pub remote: (Ipv4Addr, u16),
+}
+
+/// Reads a quote: an IPv4 header with a valid IHL, from one of `addrs`, UDP
+/// or TCP, first fragment (only it has ports), and the 8 bytes of transport
+/// header every ICMP error must carry (RFC 792).
+pub(crate) fn quoted_flow(quoted: &[u8], addrs: &[Ipv4Addr]) -> Option<QuotedFlow> {
+    let ip = Ipv4Packet::new_checked_header(quoted).ok()?;
+    let proto = match ip.protocol() {
+        protocol::UDP => Proto::Udp,
+        protocol::TCP => Proto::Tcp,
+        _ => return None,
+    };
+    if ip.frag_offset() != 0 || !addrs.contains(&ip.src_addr()) {
+        return None;
+    }
+    let l4 = quoted.get(ip.header_len()..ip.header_len() + 8)?;
+    let port = |i: usize| u16::from_be_bytes([l4[i], l4[i + 1]]);
+    Some(QuotedFlow {
+        proto,
+        local: (ip.src_addr(), port(0)),
+        remote: (ip.dst_addr(), port(2)),
+    })
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@
 //! pushed on its rx ring. No buffer: the frame is dropped and counted
 //! against that endpoint alone. Each endpoint is notified once per batch.
 //! ARP frames always go to the host as well; frames no channel accepts go
-//! to the host, which answers as a host would ([`host`]). IPv4 fragments
+//! to the host, which answers as a host would ([`host`]), except ICMP
+//! errors quoting a socket channel's UDP or TCP datagram, which go to that
+//! channel (RFC 1122 §4.1.3.3). IPv4 fragments
 //! go through the fragment pool ([`frag`]): a head fragment is classified
 //! like any frame and the body fragments follow it to its channel.
 //!
@@ -30,8 +32,9 @@
 //! transmit) and an even share of each batch's classification is charged
 //! to it ([`EndpointStats::rx_ns`], [`EndpointStats::tx_ns`]).
 //!
-//! The registry ([`registry`]) allocates ports, builds the filter and
-//! template of UDP/TCP channels ([`Mux::bind_socket`]), and refuses raw
+//! The registry ([`registry`]) allocates ports (and ICMP echo
+//! identifiers), builds the filter and template of UDP/TCP/ICMP echo
+//! channels ([`Mux::bind_socket`]), and refuses raw
 //! filters and templates of unprivileged endpoints that could receive or
 //! send what is not theirs ([`Mux::bind_channel`]).
 
@@ -341,7 +344,9 @@ pub struct MuxStats {
     pub channels: Vec<ChannelSnapshot>,
     pub link: exonet_link::LinkStats,
     pub host: HostStats,
-    /// Received frames no filter accepted (the host looked at them).
+    /// Received frames no filter accepted (the host looked at them); ICMP
+    /// errors routed to a socket channel are counted in
+    /// [`HostStats::icmp_errors_delivered`] instead.
     pub rx_unmatched: u64,
     /// Received frames longer than the staging slot (cut; counted here).
     pub rx_truncated: u64,
@@ -372,8 +377,10 @@ struct Channel {
     stats: ChannelStats,
     template: Template,
     handler: Option<Box<dyn Handler>>,
-    /// The port hold a socket channel took, released with the channel.
-    port: Option<(Proto, u16)>,
+    /// What a socket channel ([`Mux::bind_socket`]) is bound to: its port
+    /// hold, released with the channel, and where ICMP errors about its
+    /// traffic go.
+    spec: Option<ChannelSpec>,
 }
 
 /// The multiplexer.
@@ -526,7 +533,7 @@ impl Mux {
         ep: EndpointId,
         filters: &[Filter],
         template: Template,
-        port: Option<(Proto, u16)>,
+        spec: Option<ChannelSpec>,
     ) -> Result<ChannelId, MuxError> {
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
@@ -544,7 +551,7 @@ impl Mux {
                 stats: ChannelStats::default(),
                 template,
                 handler: None,
-                port,
+                spec,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {
@@ -553,9 +560,11 @@ impl Mux {
         Ok(id)
     }
 
-    /// Binds a UDP or TCP channel: allocates the port (0: ephemeral) in
-    /// the registry, builds and installs its filter and template. Returns
-    /// the channel and the port.
+    /// Binds a UDP, TCP or ICMP echo channel: allocates the port (ICMP: the
+    /// echo identifier; 0: ephemeral) in the registry, builds and installs
+    /// its filter and template. Returns the channel and the port. ICMP
+    /// errors quoting the channel's UDP or TCP traffic are delivered on it
+    /// too.
     pub fn bind_socket(
         &mut self,
         ep: EndpointId,
@@ -578,7 +587,7 @@ impl Mux {
         };
         let filter = registry::socket_filter(&spec);
         let template = registry::socket_template(self.mac, &spec);
-        match self.install(ep, &[filter], template, Some((spec.proto, port))) {
+        match self.install(ep, &[filter], template, Some(spec)) {
             Ok(ch) => Ok((ch, port)),
             Err(e) => {
                 self.ports.release(spec.proto, port, ep);
@@ -621,8 +630,8 @@ impl Mux {
             .ok_or(MuxError::NoSuchChannel(ch))?;
         let _ = self.dpf.delete(c.filter);
         self.frag.forget_channel(ch);
-        if let Some((proto, port)) = c.port {
-            self.ports.release(proto, port, c.endpoint);
+        if let Some(spec) = c.spec {
+            self.ports.release(spec.proto, spec.local_port, c.endpoint);
         }
         if let Some(e) = self.endpoints.get_mut(&c.endpoint) {
             e.channels.retain(|&x| x != ch);
@@ -912,6 +921,18 @@ impl Mux {
                         (chan, self.frag.head(frame, chan.map(ChannelId), clock))
                     }
                 };
+                // An ICMP error no filter took goes to the socket whose
+                // datagram it quotes: only here, off the fast path.
+                let chan = match chan {
+                    None if kind == FragKind::Whole => route_icmp_error(
+                        &mut self.host,
+                        &self.ports,
+                        &self.endpoints,
+                        &self.channels,
+                        frame,
+                    ),
+                    c => c,
+                };
                 let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
                 let free_retries = self.config.free_retries;
                 let owner = chan
@@ -999,6 +1020,43 @@ impl Mux {
             _ => Ok(sent),
         }
     }
+}
+
+/// The socket channel an ICMP error (RFC 1122 §4.1.3.3, §3.2.2.1)
+/// concerns: among the channels of the quoted source port's owner, the one
+/// connected to the quoted destination, else the unconnected one. Counted
+/// in [`HostStats`] when it is an error for us at all.
+fn route_icmp_error(
+    host: &mut Host,
+    ports: &Ports,
+    endpoints: &BTreeMap<EndpointId, Endpoint>,
+    channels: &HashMap<u32, Channel>,
+    frame: &[u8],
+) -> Option<u32> {
+    let quoted = host::icmp_error_quote(frame, &host.addrs)?;
+    let chan = host::quoted_flow(quoted, &host.addrs).and_then(|q| {
+        let owner = ports.owner(q.proto, q.local.1)?;
+        let mut unconnected = None;
+        for &c in &endpoints.get(&owner)?.channels {
+            let Some(spec) = channels.get(&c.0).and_then(|ch| ch.spec) else {
+                continue;
+            };
+            if (spec.proto, spec.local_addr, spec.local_port) != (q.proto, q.local.0, q.local.1) {
+                continue;
+            }
+            match spec.remote {
+                Some(r) if r == q.remote => return Some(c.0),
+                None => unconnected = unconnected.or(Some(c.0)),
+                Some(_) => {}
+            }
+        }
+        unconnected
+    });
+    match chan {
+        Some(_) => host.stats.icmp_errors_delivered += 1,
+        None => host.stats.icmp_errors_unclaimed += 1,
+    }
+    chan
 }
 
 /// Runs the channel's handler on a frame, then on the fragments that

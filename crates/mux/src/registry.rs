@@ -1,5 +1,6 @@
-//! The registry (Thekkath et al. §III-D): who owns which port, the filter
-//! and the transmit template of a UDP or TCP channel, and whether a raw
+//! The registry (Thekkath et al. §III-D): who owns which port (or ICMP echo
+//! identifier), the filter and the transmit template of a UDP, TCP or ICMP
+//! echo channel, and whether a raw
 //! filter or template an unprivileged endpoint offers stays within what it
 //! owns ("a filter must not lie", DPF §2).
 
@@ -18,11 +19,14 @@ pub const EPHEMERAL_LAST: u16 = 65535;
 /// Ports below this are for privileged endpoints only.
 pub const PRIVILEGED_BELOW: u16 = 1024;
 
-/// A transport protocol whose ports the registry allocates.
+/// A transport protocol whose ports the registry allocates. For `Icmp` the
+/// "port" is the echo identifier (an unprivileged ping socket, as Linux's
+/// `SOCK_DGRAM`/`IPPROTO_ICMP`): its own space, no privileged range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
     Udp,
     Tcp,
+    Icmp,
 }
 
 impl Proto {
@@ -31,6 +35,7 @@ impl Proto {
         match self {
             Proto::Udp => 17,
             Proto::Tcp => 6,
+            Proto::Icmp => 1,
         }
     }
 
@@ -38,6 +43,7 @@ impl Proto {
         match n {
             17 => Some(Proto::Udp),
             6 => Some(Proto::Tcp),
+            1 => Some(Proto::Icmp),
             _ => None,
         }
     }
@@ -46,20 +52,22 @@ impl Proto {
         match self {
             Proto::Udp => 0,
             Proto::Tcp => 1,
+            Proto::Icmp => 2,
         }
     }
 }
 
-/// What a UDP or TCP channel is bound to.
+/// What a UDP, TCP or ICMP echo channel is bound to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelSpec {
     pub proto: Proto,
     /// One of the multiplexer's addresses.
     pub local_addr: Ipv4Addr,
-    /// 0 asks for an ephemeral port.
+    /// 0 asks for an ephemeral port (ICMP: the echo identifier).
     pub local_port: u16,
     /// A connected channel receives only from this peer (and, having more
-    /// atoms, wins over an unconnected one on the same port).
+    /// atoms, wins over an unconnected one on the same port). ICMP has no
+    /// remote port: only the address counts.
     pub remote: Option<(Ipv4Addr, u16)>,
 }
 
@@ -74,11 +82,18 @@ pub(crate) mod off {
     pub const IP_DST: usize = 30;
     pub const L4_SRC_PORT: usize = 34;
     pub const L4_DST_PORT: usize = 36;
+    pub const ICMP_TYPE: usize = 34;
+    pub const ICMP_IDENT: usize = 38;
 }
 
+/// ICMP echo request and reply types (RFC 792).
+const ECHO_REQUEST: u8 = 8;
+const ECHO_REPLY: u8 = 0;
+
 /// The receive filter of a channel: IPv4, first fragment, the protocol, our
-/// address, and after the (variable-length) IP header the destination port;
-/// with a remote, also its address and source port.
+/// address, and after the (variable-length) IP header the destination port
+/// (ICMP: echo replies carrying the identifier); with a remote, also its
+/// address and source port.
 pub fn socket_filter(spec: &ChannelSpec) -> Filter {
     let mut f = Filter::new()
         .eq(off::ETHERTYPE as u32, Width::U16, 0x0800)
@@ -88,10 +103,15 @@ pub fn socket_filter(spec: &ChannelSpec) -> Filter {
     if let Some((addr, _)) = spec.remote {
         f = f.eq(off::IP_SRC as u32, Width::U32, u32::from(addr));
     }
-    f = f
-        .shift(14)
-        .shift_by(0, Width::U8, 0x0f, 2)
-        .eq(2, Width::U16, spec.local_port as u32);
+    f = f.shift(14).shift_by(0, Width::U8, 0x0f, 2);
+    if spec.proto == Proto::Icmp {
+        // Only replies: requests to us stay the host's to answer, and
+        // errors go where their quote says (`Mux::route_icmp_error`).
+        return f
+            .eq(0, Width::U8, ECHO_REPLY as u32)
+            .eq(4, Width::U16, spec.local_port as u32);
+    }
+    f = f.eq(2, Width::U16, spec.local_port as u32);
     if let Some((_, port)) = spec.remote {
         f = f.eq(0, Width::U16, port as u32);
     }
@@ -100,17 +120,26 @@ pub fn socket_filter(spec: &ChannelSpec) -> Filter {
 
 /// The transmit template of a channel: our MAC as source, IPv4 without
 /// options and unfragmented (so that the ports are where the template looks),
-/// the protocol, our address and port as source; with a remote, also its
-/// address and port as destination.
+/// the protocol, our address and port as source (ICMP: echo requests with
+/// the identifier); with a remote, also its address and port as destination.
 pub fn socket_template(mac: [u8; 6], spec: &ChannelSpec) -> Template {
-    let mut t = Template::new()
+    let t = Template::new()
         .field(off::ETH_SRC, &mac)
         .field(off::ETHERTYPE, &[0x08, 0x00])
         .field(off::IP_VHL, &[0x45])
         .masked(off::IP_FRAG, &[0, 0], &[0x3f, 0xff])
         .field(off::IP_PROTO, &[spec.proto.number()])
-        .field(off::IP_SRC, &spec.local_addr.octets())
-        .field(off::L4_SRC_PORT, &spec.local_port.to_be_bytes());
+        .field(off::IP_SRC, &spec.local_addr.octets());
+    if spec.proto == Proto::Icmp {
+        let t = t
+            .field(off::ICMP_TYPE, &[ECHO_REQUEST, 0])
+            .field(off::ICMP_IDENT, &spec.local_port.to_be_bytes());
+        return match spec.remote {
+            Some((addr, _)) => t.field(off::IP_DST, &addr.octets()),
+            None => t,
+        };
+    }
+    let mut t = t.field(off::L4_SRC_PORT, &spec.local_port.to_be_bytes());
     if let Some((addr, port)) = spec.remote {
         t = t
             .field(off::IP_DST, &addr.octets())
@@ -130,6 +159,9 @@ pub struct FilterPins {
     pub protocols: Vec<u8>,
     pub dst_addrs: Vec<Ipv4Addr>,
     pub dst_ports: Vec<u16>,
+    /// ICMP type (transport offset 0) and echo identifier (offset 4).
+    pub icmp_types: Vec<u8>,
+    pub icmp_idents: Vec<u16>,
 }
 
 pub fn filter_pins(f: &Filter) -> FilterPins {
@@ -174,6 +206,10 @@ pub fn filter_pins(f: &Filter) -> FilterPins {
                         pins.first_fragment = true
                     }
                     (Base::Transport, 2, Width::U16) if full => pins.dst_ports.push(a.value as u16),
+                    (Base::Transport, 0, Width::U8) if full => pins.icmp_types.push(a.value as u8),
+                    (Base::Transport, 4, Width::U16) if full => {
+                        pins.icmp_idents.push(a.value as u16)
+                    }
                     _ => {}
                 }
             }
@@ -188,7 +224,7 @@ pub fn filter_pins(f: &Filter) -> FilterPins {
 #[derive(Debug, Default)]
 pub(crate) struct Ports {
     owners: HashMap<(Proto, u16), (EndpointId, u32)>,
-    next: [u16; 2],
+    next: [u16; 3],
 }
 
 impl Ports {
@@ -219,7 +255,7 @@ impl Ports {
             }
             return Err(MuxError::NoPortsLeft(proto));
         }
-        if port < PRIVILEGED_BELOW && !privileged {
+        if port < PRIVILEGED_BELOW && !privileged && proto != Proto::Icmp {
             return Err(MuxError::NotPermitted(format!(
                 "{proto:?} port {port} is privileged"
             )));
@@ -270,7 +306,8 @@ impl Ports {
 
 /// Checks that an unprivileged endpoint's raw filter accepts only frames
 /// for it: IPv4, first fragments, one protocol, one of our addresses, and a
-/// destination port the endpoint owns for that protocol.
+/// destination port the endpoint owns for that protocol (ICMP: echo
+/// replies, type 0, with an identifier it owns).
 pub(crate) fn check_filter(
     f: &Filter,
     ep: EndpointId,
@@ -288,12 +325,15 @@ pub(crate) fn check_filter(
     if !pins.dst_addrs.iter().any(|a| addrs.contains(a)) {
         return deny("does not pin one of the host's addresses as destination (30:32)");
     }
-    let owned = pins.protocols.iter().any(|&p| {
-        Proto::from_number(p).is_some_and(|proto| {
-            pins.dst_ports
-                .iter()
-                .any(|&port| ports.owner(proto, port) == Some(ep))
-        })
+    let owns = |proto, ids: &[u16]| ids.iter().any(|&id| ports.owner(proto, id) == Some(ep));
+    let owned = pins.protocols.iter().any(|&p| match Proto::from_number(p) {
+        // Offset 2 of ICMP is the checksum: only the identifier of an echo
+        // reply says whose a message is.
+        Some(Proto::Icmp) => {
+            pins.icmp_types.contains(&ECHO_REPLY) && owns(Proto::Icmp, &pins.icmp_idents)
+        }
+        Some(proto) => owns(proto, &pins.dst_ports),
+        None => false,
     });
     if !owned {
         return deny("does not pin a protocol and a destination port the endpoint owns");
@@ -303,7 +343,8 @@ pub(crate) fn check_filter(
 
 /// Checks that an unprivileged endpoint's template lets it send only as
 /// itself: our MAC, IPv4 without options, unfragmented, one protocol, one
-/// of our addresses and a source port it owns.
+/// of our addresses and a source port it owns (ICMP: echo requests, type 8
+/// code 0, with an identifier it owns).
 pub(crate) fn check_template(
     t: &Template,
     ep: EndpointId,
@@ -328,12 +369,20 @@ pub(crate) fn check_template(
     let proto = t
         .pinned(off::IP_PROTO, 1)
         .and_then(|p| Proto::from_number(p[0]));
-    let port = t
-        .pinned(off::L4_SRC_PORT, 2)
-        .map(|p| u16::from_be_bytes([p[0], p[1]]));
+    let u16_at = |at| t.pinned(at, 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
+    let port = match proto {
+        Some(Proto::Icmp) if t.implies(off::ICMP_TYPE, &[ECHO_REQUEST, 0], &[0xff; 2]) => {
+            u16_at(off::ICMP_IDENT)
+        }
+        Some(Proto::Icmp) => None,
+        _ => u16_at(off::L4_SRC_PORT),
+    };
     match (proto, port) {
         (Some(proto), Some(port)) if ports.owner(proto, port) == Some(ep) => Ok(()),
-        _ => deny("does not pin UDP or TCP and a source port the endpoint owns"),
+        _ => deny(
+            "does not pin UDP or TCP and a source port (or ICMP echo requests and an identifier) \
+             the endpoint owns",
+        ),
     }
 }
 

@@ -16,7 +16,8 @@ use exonet_link::memwire::{self, MemWire};
 use exonet_link::Link;
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, StopHandle};
 use exonet_shm::control::{
-    Client, ControlError, ErrorCode, Record, Reply, Request, SeqPacket, WireField, PROTO_UDP,
+    Client, ControlError, ErrorCode, Record, Reply, Request, SeqPacket, WireField, PROTO_ICMP,
+    PROTO_UDP,
 };
 use exonet_shm::{AppEndpoint, Desc, Segment};
 use exonet_wire::build;
@@ -184,9 +185,19 @@ fn requests_reach_only_what_the_connection_holds() {
         ErrorCode::BadFilter
     );
     assert_eq!(
-        refused(b.bind_socket(eb, 1, (HOST, 9), None)),
+        refused(b.bind_socket(eb, 2, (HOST, 9), None)),
         ErrorCode::BadRequest
     );
+    // An ICMP echo socket: identifier 9 is not privileged, and not a's UDP
+    // port 7001's space.
+    let (_, ident) = b.bind_socket(eb, PROTO_ICMP, (HOST, 9), None).unwrap();
+    assert_eq!(ident, 9);
+    b.bind_socket(eb, PROTO_ICMP, (HOST, 7001), None).unwrap();
+    let host = records(&mut b, "host");
+    assert!(host[0]
+        .fields
+        .iter()
+        .any(|(n, _)| n == "icmp_errors_delivered"));
     // Unbinding frees the port for the other connection.
     a.unbind(cha).unwrap();
     b.bind_socket(eb, PROTO_UDP, (HOST, 7001), None).unwrap();

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 pub use msg::{
     DecodeError, ErrorCode, Record, Reply, Request, WireField, CONTROL_VERSION, MAX_FILTERS,
-    MAX_FILTER_TEXT, MAX_MESSAGE, MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_TCP, PROTO_UDP,
-    STATS_PAGE,
+    MAX_FILTER_TEXT, MAX_MESSAGE, MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP,
+    PROTO_UDP, STATS_PAGE,
 };
 pub use sock::{PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
@@ -210,7 +210,8 @@ impl Client {
         self.expect_ok(&Request::DestroyEndpoint { endpoint })
     }
 
-    /// Binds a UDP ([`PROTO_UDP`]) or TCP ([`PROTO_TCP`]) channel; returns
+    /// Binds a UDP ([`PROTO_UDP`]), TCP ([`PROTO_TCP`]) or ICMP echo
+    /// ([`PROTO_ICMP`], the port being the echo identifier) channel; returns
     /// the channel and the port (the one allocated when `local_port` is 0).
     pub fn bind_socket(
         &mut self,

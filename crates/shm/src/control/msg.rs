@@ -25,7 +25,9 @@ pub const MAX_TEMPLATE_FIELD: usize = 64;
 /// the last page ended).
 pub const STATS_PAGE: usize = 16;
 
-/// IP protocol numbers the registry allocates ports for.
+/// IP protocol numbers the registry allocates ports for; for ICMP the
+/// "port" is the echo identifier (an unprivileged ping socket).
+pub const PROTO_ICMP: u8 = 1;
 pub const PROTO_TCP: u8 = 6;
 pub const PROTO_UDP: u8 = 17;
 
