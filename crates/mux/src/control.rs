@@ -29,7 +29,7 @@ use exonet_shm::control::{
 };
 use exonet_shm::{Doorbell, Doorbells, Segment};
 
-use crate::{ChannelId, ChannelSpec, EndpointId, Mux, MuxError, Proto, RunConfig, Template};
+use crate::{ChannelId, ChannelSpec, EndpointId, Idle, Mux, MuxError, Proto, RunConfig, Template};
 
 /// How the daemon serves its socket.
 #[derive(Clone, Debug)]
@@ -186,19 +186,12 @@ impl Daemon {
     /// on the link, the endpoints' doorbells and the control queue for at
     /// most `run.latency`.
     pub fn run(&mut self) -> io::Result<()> {
-        let mut idle = 0u32;
+        let mut idle = Idle::new(self.config.run);
         while !self.stop.stopped() {
             let work = self.serve_jobs() + self.mux.poll()?;
-            if work > 0 {
-                idle = 0;
+            if !idle.should_sleep(work) {
                 continue;
             }
-            idle += 1;
-            if idle < self.config.run.idle_spins {
-                std::hint::spin_loop();
-                continue;
-            }
-            idle = 0;
             let bell = self.bell.clone();
             self.mux
                 .wait_also(self.config.run.latency, &[bell.as_fd()])?;

@@ -207,6 +207,40 @@ impl Default for RunConfig {
     }
 }
 
+/// The adaptive half of a run loop (Expert's interrupt-mitigation
+/// trade-off): busy-poll while rounds find work, and sleep after
+/// [`RunConfig::idle_spins`] empty rounds in a row.
+#[derive(Clone, Copy, Debug)]
+pub struct Idle {
+    spins: u32,
+    empty: u32,
+}
+
+impl Idle {
+    pub fn new(config: RunConfig) -> Idle {
+        Idle {
+            spins: config.idle_spins,
+            empty: 0,
+        }
+    }
+
+    /// After a round that did `work`: whether to sleep now (spinning once
+    /// otherwise).
+    pub fn should_sleep(&mut self, work: usize) -> bool {
+        if work > 0 {
+            self.empty = 0;
+            return false;
+        }
+        self.empty += 1;
+        if self.empty < self.spins {
+            std::hint::spin_loop();
+            return false;
+        }
+        self.empty = 0;
+        true
+    }
+}
+
 /// Counters of one endpoint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndpointStats {
@@ -754,19 +788,12 @@ impl Mux {
         config: RunConfig,
         mut keep_going: impl FnMut(&Mux) -> bool,
     ) -> io::Result<()> {
-        let mut idle = 0u32;
+        let mut idle = Idle::new(config);
         while keep_going(self) {
-            if self.poll()? > 0 {
-                idle = 0;
-                continue;
+            let work = self.poll()?;
+            if idle.should_sleep(work) {
+                self.wait(config.latency)?;
             }
-            idle += 1;
-            if idle < config.idle_spins {
-                std::hint::spin_loop();
-                continue;
-            }
-            idle = 0;
-            self.wait(config.latency)?;
         }
         Ok(())
     }
