@@ -136,7 +136,7 @@ fn send(app: &mut AppEndpoint, pool: &mut Vec<u32>, frame: &[u8], channel: u32) 
 /// Turns a UDP/IPv4 frame into its answer: Ethernet, IP and port fields
 /// swapped (the checksums stay valid: their sums do not depend on order).
 /// False for anything else.
-fn swap(f: &mut [u8], mac: [u8; 6]) -> bool {
+pub(crate) fn swap(f: &mut [u8], mac: [u8; 6]) -> bool {
     if f.len() < 42 || f[12..14] != [0x08, 0x00] || f[14] >> 4 != 4 || f[23] != 17 {
         return false;
     }

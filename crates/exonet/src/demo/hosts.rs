@@ -112,16 +112,15 @@ pub fn tour(round_trips: usize) -> Result<(), String> {
         client.mux.poll_tx().map_err(io)?;
         server.mux.poll_rx().map_err(io)?;
         let n = recv(&mut server, &mut buf).ok_or("the server got nothing")?;
-        // The echo: the same frame, addresses and ports swapped.
-        let mut r = buf[..n].to_vec();
-        r[..6].copy_from_slice(&client_mac.0);
-        r[6..12].copy_from_slice(&server_mac.0);
-        for k in 0..4 {
-            r.swap(26 + k, 30 + k);
+        // The echo: the same frame, addresses and ports swapped, as
+        // `exonet raw-echo` answers.
+        let r = &mut buf[..n];
+        if !crate::raw_echo::swap(r, server_mac.0) {
+            return Err(format!(
+                "round trip {i}: the server got a frame it cannot answer"
+            ));
         }
-        r.swap(34, 36);
-        r.swap(35, 37);
-        send(&mut server, &r)?;
+        send(&mut server, r)?;
         server.mux.poll_tx().map_err(io)?;
         client.mux.poll_rx().map_err(io)?;
         let n = recv(&mut client, &mut buf).ok_or("the client got nothing back")?;
