@@ -3,11 +3,13 @@
 //! one, a test application on the other, ARP resolution on the
 //! application's behalf, kill -9 of the echo application, SIGTERM.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
+use common::until;
 use exonet_shm::control::{Client, PROTO_UDP};
 use exonet_shm::{Desc, SegmentConfig, INLINE_MAX};
 use exonet_wire::build;
@@ -30,14 +32,6 @@ impl Drop for Procs {
             let _ = c.wait();
         }
         let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

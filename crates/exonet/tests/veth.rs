@@ -7,10 +7,12 @@
 //! script gets its UDP frames echoed by `exonet raw-echo`, before and after
 //! a burst of hostile frames.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
+use common::until;
 use exonet_shm::control::Client;
 
 fn is_root() -> bool {
@@ -60,14 +62,6 @@ fn in_ns(ns: &str, program: &str) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, program]);
     c
-}
-
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn stat(sock: &Path, kind: &str, name: &str) -> u64 {

@@ -1,0 +1,12 @@
+//! Shared by the tests that run the binary's processes.
+
+use std::time::{Duration, Instant};
+
+/// Waits, bounded in time, until `f` holds; `what` names it when it never does.
+pub fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
