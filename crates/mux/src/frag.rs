@@ -45,7 +45,7 @@ const MAX_RANGES: usize = 16;
 /// Most data bytes an IPv4 datagram can carry.
 const MAX_DATA: u32 = 65_535 - MIN_HEADER_LEN as u32;
 /// Longest timeout honoured: far beyond any use, and safe to add to the clock.
-const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 /// What a frame is, as far as the pool is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use crate::ident::Idents;
 use crate::Proto;
 use exonet_wire::build::{self, Transport};
 use exonet_wire::ethernet::ethertype;
@@ -150,6 +151,9 @@ pub(crate) struct Host {
     bucket: TokenBucket,
     pub out: VecDeque<Vec<u8>>,
     pub stats: HostStats,
+    /// Identifications of fragmented datagrams, for the applications' and
+    /// the host's alike.
+    pub idents: Idents,
 }
 
 impl Host {
@@ -163,6 +167,7 @@ impl Host {
             bucket: TokenBucket::new(config.refusal_rate, config.refusal_burst, now),
             out: VecDeque::new(),
             stats: HostStats::default(),
+            idents: Idents::new(),
         }
     }
 
