@@ -65,6 +65,7 @@ pub use host::{HostConfig, HostStats, TokenBucket};
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
+use frag::To;
 use host::Host;
 use ident::{Idents, TxFrags};
 use registry::Ports;
@@ -481,7 +482,7 @@ impl Mux {
             next_endpoint: 0,
             channels: HashMap::new(),
             ports: Ports::default(),
-            host: Host::new(config.host, mac, addrs, Instant::now()),
+            host: Host::new(config.host, mac, addrs, link.mtu(), Instant::now()),
             frag: FragPool::new(&config),
             rx_unmatched: 0,
             rx_truncated: 0,
@@ -788,7 +789,7 @@ impl Mux {
                 v
             },
             link: self.link.stats(),
-            host: self.host.stats,
+            host: self.host.stats(),
             rx_unmatched: self.rx_unmatched,
             rx_truncated: self.rx_truncated,
             frag: self.frag.stats(),
@@ -939,9 +940,10 @@ impl Mux {
         let n = n.min(self.lens.len());
         // The clock is read only when there is something to time: an empty
         // poll of a busy-polling loop costs no clock read.
-        if n > 0 || !self.frag.is_empty() || clock.is_some() {
+        if n > 0 || !self.frag.is_empty() || self.host.reassembling() || clock.is_some() {
             let now = clock.unwrap_or_else(Instant::now);
             self.frag.expire(now);
+            self.host.expire(now);
             if n > 0 {
                 self.deliver_batch(n, now);
             }
@@ -973,15 +975,27 @@ impl Mux {
                     self.host.on_arp(frame, clock);
                 }
                 let kind = frag::kind(frame);
-                let (chan, waited) = match kind {
-                    FragKind::Whole => (id.map(|id| id.0), Vec::new()),
+                let (to, waited) = match kind {
+                    FragKind::Whole => (
+                        id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
+                        Vec::new(),
+                    ),
                     // A body fragment goes where its head went, whatever a
                     // filter says of it: it carries no port to classify on.
-                    FragKind::Body => (self.frag.body(frame, clock).map(|c| c.0), Vec::new()),
+                    FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
                     FragKind::Head => {
                         let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
-                        (chan, self.frag.head(frame, chan.map(ChannelId), clock))
+                        let to = match chan {
+                            Some(c) => To::Channel(ChannelId(c)),
+                            None if self.host.takes_fragment(frame) => To::Host,
+                            None => To::Nobody,
+                        };
+                        (to, self.frag.head(frame, to, clock))
                     }
+                };
+                let chan = match to {
+                    To::Channel(c) => Some(c.0),
+                    _ => None,
                 };
                 // An ICMP error no filter took goes to the socket whose
                 // datagram it quotes: only here, off the fast path.
@@ -1001,10 +1015,17 @@ impl Mux {
                     .and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
                 let t = cycles::now();
                 let Some((e, copy)) = owner else {
+                    if to == To::Host {
+                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+                            self.host.on_echo_fragment(f, clock);
+                        }
+                    }
                     // Body fragments held or dropped are the pool's to count.
                     if kind != FragKind::Body {
                         self.rx_unmatched += 1;
-                        self.host.on_unmatched(frame, clock);
+                        if to != To::Host {
+                            self.host.on_unmatched(frame, clock);
+                        }
                     }
                     let done = cycles::now();
                     self.host.stats.cycles += done.saturating_sub(now) + demux_share;
