@@ -339,9 +339,11 @@ impl FragPool {
         }
         if cover.complete() {
             self.stats.completed += 1;
-        } else if to != To::Nobody || self.entries.len() < self.max_datagrams {
+        } else if matches!(to, To::Channel(_)) || self.entries.len() < self.max_datagrams {
             // A refused head evicts nothing: its association only saves
-            // holding body fragments that would be dropped anyway.
+            // holding body fragments that would be dropped anyway. Nor does
+            // a ping's: anyone may send those, and a flood of them must not
+            // cost applications their datagrams.
             if self.entries.len() >= self.max_datagrams {
                 self.evict_oldest();
             }

@@ -167,3 +167,35 @@ fn overlapping_fragments_drop_the_datagram_and_are_counted() {
     assert_eq!((h.echo_frag_overlap, h.echo_reassembled), (3, 0));
     assert_eq!(h.echo_frag_bytes_held, 0);
 }
+
+#[test]
+fn pings_do_not_evict_the_applications_datagrams_from_the_pool() {
+    let (mut mux, mut wire) = mux_with(exonet_mux::MuxConfig {
+        frag_datagrams: 2,
+        ..exonet_mux::MuxConfig::default()
+    });
+    let (a, mut app, _) = endpoint(&mut mux, 8, false);
+    let (ch, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let udp = |ident: u16| -> Vec<Vec<u8>> {
+        let mut whole = build::udp_frame(PEER_MAC, HOST_MAC, PEER, HOST, 9, 5000, &[1; 2000]);
+        let mut ip = Ipv4Packet::new_unchecked(&mut whole[14..]);
+        ip.set_ident(ident);
+        ip.set_frag(false, false, 0);
+        ip.fill_checksum();
+        exonet_stack::fragment(&whole[14..], 1500)
+            .unwrap()
+            .into_iter()
+            .map(|f| [&whole[..14], &f[..]].concat())
+            .collect()
+    };
+    let (d1, d2) = (udp(1), udp(2));
+    let (pings, _) = ping(3, 3, 4000);
+    for f in [&d1[0], &d2[0], &pings[0], &d1[1], &d2[1]] {
+        wire.send_batch(&[f]).unwrap();
+        mux.poll_rx().unwrap();
+    }
+    let got = drain_rx(&mut app);
+    assert_eq!(got.len(), 4);
+    assert!(got.iter().all(|(c, _)| *c == ch.0));
+    assert_eq!(mux.stats().frag.evicted, 0);
+}
