@@ -98,7 +98,8 @@ pub struct HostStats {
     /// Host frames dropped because the queue to the link was full (a
     /// fragmented reply counts once, and is dropped whole).
     pub queue_dropped: u64,
-    /// Fragments of echo requests taken for reassembly.
+    /// Fragments of echo requests to the host given to the reassembly,
+    /// whatever became of them.
     pub echo_frags: u64,
     /// Fragmented echo requests reassembled (then answered, if valid).
     pub echo_reassembled: u64,
