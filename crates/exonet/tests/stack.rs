@@ -3,39 +3,13 @@
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use exonet_link::memwire::{self, MemWire};
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
+use exonet::hosts::{two_hosts as hosts, A, B};
+use exonet_mux::Running;
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
-const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 const T: Option<Duration> = Some(Duration::from_secs(5));
-
-struct Hosts {
-    a: Running,
-    b: Running,
-}
-
-fn daemon(name: &str, link: MemWire, ip: Ipv4Addr) -> Running {
-    let path: PathBuf =
-        std::env::temp_dir().join(format!("exonet-stack-{}-{name}.sock", std::process::id()));
-    Daemon::spawn(
-        move || Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default())),
-        DaemonConfig::new(path, vec![(ip, 24)]),
-    )
-    .unwrap()
-}
-
-fn hosts(name: &str) -> Hosts {
-    let (x, y) = memwire::pair().unwrap();
-    Hosts {
-        a: daemon(&format!("{name}-a"), x, A),
-        b: daemon(&format!("{name}-b"), y, B),
-    }
-}
 
 fn stack(d: &Running) -> Stack {
     Stack::open(d.socket()).unwrap()
@@ -49,13 +23,13 @@ fn bound(s: &Stack, port: u16) -> UdpSocket {
 
 #[test]
 fn udp_round_trips_with_std_semantics() {
-    let h = hosts("rt");
+    let h = hosts("stack-rt").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7000);
     let client = bound(&sa, 0);
     let caddr = client.local_addr().unwrap();
     assert_eq!(caddr.ip(), std::net::IpAddr::V4(A));
-    assert_ne!(caddr.port(), 0, "an ephemeral port from the registry");
+    assert_ne!(caddr.port(), 0, "an ephemeral port from the registry").unwrap();
     let mut buf = [0u8; 2048];
     for size in [0usize, 1, 4, 100, 1000, 1472] {
         let msg: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
@@ -73,22 +47,22 @@ fn udp_round_trips_with_std_semantics() {
     client.connect((B, 7000)).unwrap();
     client.send(b"hello world").unwrap();
     let (n, _) = server.peek_from(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"hello world");
+    assert_eq!(&buf[..n], b"hello world").unwrap();
     let mut small = [0u8; 5];
     assert_eq!(server.recv(&mut small).unwrap(), 5);
-    assert_eq!(&small, b"hello");
+    assert_eq!(&small, b"hello").unwrap();
     // The zero-copy read.
     server.send_to(b"in place", caddr).unwrap();
     let got = client.recv_with(|p, from| (p.to_vec(), from)).unwrap();
-    assert_eq!(got.0, b"in place");
+    assert_eq!(got.0, b"in place").unwrap();
     let stats = sa.stats();
     assert_eq!(stats.sockets.bad_checksum, 0);
-    assert!(stats.tx.inline > 0, "short frames go inline: {stats:?}");
+    assert!(stats.tx.inline > 0, "short frames go inline: {stats:?}").unwrap();
 }
 
 #[test]
 fn timeouts_nonblocking_and_errors() {
-    let h = hosts("err");
+    let h = hosts("stack-err").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 0);
     let mut buf = [0u8; 16];
@@ -120,7 +94,7 @@ fn timeouts_nonblocking_and_errors() {
 
 #[test]
 fn ports_are_the_registrys() {
-    let h = hosts("ports");
+    let h = hosts("stack-ports").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 5000);
     assert_eq!(
@@ -131,13 +105,15 @@ fn ports_are_the_registrys() {
     let other = stack(&h.a);
     assert!(UdpSocket::bind(&other, (A, 5000)).is_err());
     drop(s);
-    UdpSocket::bind(&other, (A, 5000)).expect("free again once closed");
+    UdpSocket::bind(&other, (A, 5000))
+        .expect("free again once closed")
+        .unwrap();
     assert!(UdpSocket::bind(&sa, (Ipv4Addr::new(10, 77, 0, 99), 0)).is_err());
 }
 
 #[test]
 fn ping_through_icmp_sockets() {
-    let h = hosts("ping");
+    let h = hosts("stack-ping").unwrap();
     let sa = stack(&h.a);
     let ping = IcmpSocket::bind(&sa, 0).unwrap();
     ping.set_read_timeout(T).unwrap();
@@ -152,7 +128,7 @@ fn ping_through_icmp_sockets() {
 
 #[test]
 fn poll_over_many_sockets_and_threads() {
-    let h = hosts("poll");
+    let h = hosts("stack-poll").unwrap();
     let cfg = StackConfig {
         busy_poll: Duration::from_micros(50),
         ..StackConfig::default()
@@ -178,7 +154,7 @@ fn poll_over_many_sockets_and_threads() {
     let mut buf = [0u8; 8];
     while seen.len() < 3 {
         poll.poll(&mut events, T).unwrap();
-        assert!(!events.is_empty(), "poll timed out");
+        assert!(!events.is_empty(), "poll timed out").unwrap();
         for e in events.iter() {
             assert!(e.readable);
             let s = &socks[e.token.0];
@@ -195,7 +171,7 @@ fn poll_over_many_sockets_and_threads() {
 
 #[test]
 fn blocked_reader_and_writer_threads_share_a_stack() {
-    let h = hosts("threads");
+    let h = hosts("stack-threads").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let echo = bound(&sb, 7);
     let server = std::thread::spawn(move || {
@@ -227,7 +203,7 @@ fn blocked_reader_and_writer_threads_share_a_stack() {
 
 #[test]
 fn a_20k_datagram_goes_in_fragments_and_comes_back_whole() {
-    let h = hosts("frag");
+    let h = hosts("stack-frag").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7100);
     let client = bound(&sa, 0);
