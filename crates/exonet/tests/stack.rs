@@ -6,7 +6,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use exonet::hosts::{two_hosts as hosts, A, B};
-use exonet_mux::Running;
+use exonet_link::memwire::{self, MemWire};
+use exonet_mux::{Mux, MuxConfig, Running};
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
 
 const T: Option<Duration> = Some(Duration::from_secs(5));
