@@ -5,7 +5,7 @@ use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use exonet::hosts::{two_hosts as hosts, A, B};
+use exonet::hosts::{two_hosts, A, B};
 use exonet_link::memwire::{self, MemWire};
 use exonet_mux::{Mux, MuxConfig, Running};
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
@@ -24,13 +24,13 @@ fn bound(s: &Stack, port: u16) -> UdpSocket {
 
 #[test]
 fn udp_round_trips_with_std_semantics() {
-    let h = hosts("stack-rt").unwrap();
+    let h = two_hosts("stack-rt").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7000);
     let client = bound(&sa, 0);
     let caddr = client.local_addr().unwrap();
     assert_eq!(caddr.ip(), std::net::IpAddr::V4(A));
-    assert_ne!(caddr.port(), 0, "an ephemeral port from the registry").unwrap();
+    assert_ne!(caddr.port(), 0, "an ephemeral port from the registry");
     let mut buf = [0u8; 2048];
     for size in [0usize, 1, 4, 100, 1000, 1472] {
         let msg: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8).collect();
@@ -48,22 +48,22 @@ fn udp_round_trips_with_std_semantics() {
     client.connect((B, 7000)).unwrap();
     client.send(b"hello world").unwrap();
     let (n, _) = server.peek_from(&mut buf).unwrap();
-    assert_eq!(&buf[..n], b"hello world").unwrap();
+    assert_eq!(&buf[..n], b"hello world");
     let mut small = [0u8; 5];
     assert_eq!(server.recv(&mut small).unwrap(), 5);
-    assert_eq!(&small, b"hello").unwrap();
+    assert_eq!(&small, b"hello");
     // The zero-copy read.
     server.send_to(b"in place", caddr).unwrap();
     let got = client.recv_with(|p, from| (p.to_vec(), from)).unwrap();
-    assert_eq!(got.0, b"in place").unwrap();
+    assert_eq!(got.0, b"in place");
     let stats = sa.stats();
     assert_eq!(stats.sockets.bad_checksum, 0);
-    assert!(stats.tx.inline > 0, "short frames go inline: {stats:?}").unwrap();
+    assert!(stats.tx.inline > 0, "short frames go inline: {stats:?}");
 }
 
 #[test]
 fn timeouts_nonblocking_and_errors() {
-    let h = hosts("stack-err").unwrap();
+    let h = two_hosts("stack-err").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 0);
     let mut buf = [0u8; 16];
@@ -95,7 +95,7 @@ fn timeouts_nonblocking_and_errors() {
 
 #[test]
 fn ports_are_the_registrys() {
-    let h = hosts("stack-ports").unwrap();
+    let h = two_hosts("stack-ports").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 5000);
     assert_eq!(
@@ -106,15 +106,13 @@ fn ports_are_the_registrys() {
     let other = stack(&h.a);
     assert!(UdpSocket::bind(&other, (A, 5000)).is_err());
     drop(s);
-    UdpSocket::bind(&other, (A, 5000))
-        .expect("free again once closed")
-        .unwrap();
+    UdpSocket::bind(&other, (A, 5000)).expect("free again once closed");
     assert!(UdpSocket::bind(&sa, (Ipv4Addr::new(10, 77, 0, 99), 0)).is_err());
 }
 
 #[test]
 fn ping_through_icmp_sockets() {
-    let h = hosts("stack-ping").unwrap();
+    let h = two_hosts("stack-ping").unwrap();
     let sa = stack(&h.a);
     let ping = IcmpSocket::bind(&sa, 0).unwrap();
     ping.set_read_timeout(T).unwrap();
@@ -129,7 +127,7 @@ fn ping_through_icmp_sockets() {
 
 #[test]
 fn poll_over_many_sockets_and_threads() {
-    let h = hosts("stack-poll").unwrap();
+    let h = two_hosts("stack-poll").unwrap();
     let cfg = StackConfig {
         busy_poll: Duration::from_micros(50),
         ..StackConfig::default()
@@ -155,7 +153,7 @@ fn poll_over_many_sockets_and_threads() {
     let mut buf = [0u8; 8];
     while seen.len() < 3 {
         poll.poll(&mut events, T).unwrap();
-        assert!(!events.is_empty(), "poll timed out").unwrap();
+        assert!(!events.is_empty(), "poll timed out");
         for e in events.iter() {
             assert!(e.readable);
             let s = &socks[e.token.0];
@@ -172,7 +170,7 @@ fn poll_over_many_sockets_and_threads() {
 
 #[test]
 fn blocked_reader_and_writer_threads_share_a_stack() {
-    let h = hosts("stack-threads").unwrap();
+    let h = two_hosts("stack-threads").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let echo = bound(&sb, 7);
     let server = std::thread::spawn(move || {
@@ -204,7 +202,7 @@ fn blocked_reader_and_writer_threads_share_a_stack() {
 
 #[test]
 fn a_20k_datagram_goes_in_fragments_and_comes_back_whole() {
-    let h = hosts("stack-frag").unwrap();
+    let h = two_hosts("stack-frag").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7100);
     let client = bound(&sa, 0);
