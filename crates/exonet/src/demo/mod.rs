@@ -39,7 +39,7 @@ pub struct DemoArgs {
     pub seed: u64,
     /// Round trips of each measurement between the two hosts (pings, UDP
     /// echoes; the 20 kB datagram makes a twentieth as many).
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = 1_000)]
     pub round_trips: usize,
     /// Run the sockets tour against Linux in a network namespace over a
     /// veth pair instead (needs root).
