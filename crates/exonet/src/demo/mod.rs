@@ -329,7 +329,7 @@ fn sockets(n: usize, raw: Vec<std::time::Duration>) -> Result<(), String> {
         .zip(measured)
         .map(|(label, s)| tour::Row {
             label,
-            cells: vec![Some(s)],
+            cells: vec![s],
         })
         .collect();
     rows.push(tour::Row {

@@ -234,7 +234,7 @@ pub fn tour(n: usize) -> Result<(), String> {
 
     let socket = std::env::temp_dir().join(format!("exonet-demo-{pid}-veth.sock"));
     let daemon = spawn_daemon(&exo_ns, &vx, socket)?;
-    let linux_echo = start_linux_echo(&rig, &linux_ns)?;
+    start_linux_echo(&rig, &linux_ns)?;
     println!(
         "exonet demo --veth: namespaces {exo_ns} (exonet {EXO}, a multiplexer daemon on \
          AF_PACKET {vx}) and {linux_ns} (Linux {LINUX} on {vl}); {n} round trips each way"
@@ -248,8 +248,8 @@ pub fn tour(n: usize) -> Result<(), String> {
     let [client_busy, client_sleeping, echo_busy, echo_sleeping] = &stacks;
     let to_linux = tour::Target {
         addr: LINUX,
-        busy_port: linux_echo,
-        sleeping_port: linux_echo,
+        busy_port: LINUX_PORT,
+        sleeping_port: LINUX_PORT,
     };
     let ours = tour::client_rows(client_busy, client_sleeping, &to_linux, n)?;
     let echoes = [
@@ -281,7 +281,7 @@ pub fn tour(n: usize) -> Result<(), String> {
         .zip(ours.into_iter().zip(theirs))
         .map(|(label, (o, t))| tour::Row {
             label,
-            cells: vec![Some(o), t],
+            cells: vec![o, t],
         })
         .collect();
     tour::print_rtts(&["exonet -> Linux", "Linux -> exonet"], &rows);
@@ -311,8 +311,8 @@ fn spawn_daemon(ns: &str, iface: &str, socket: PathBuf) -> Result<Running, Strin
     .map_err(|e| format!("the multiplexer on {iface}: {e}"))
 }
 
-/// Starts Linux's echo and waits until it listens; returns its port.
-fn start_linux_echo(rig: &Rig, ns: &str) -> Result<u16, String> {
+/// Starts Linux's echo and waits until it listens.
+fn start_linux_echo(rig: &Rig, ns: &str) -> Result<(), String> {
     let mut child = in_ns(ns, "/usr/bin/python3")
         .args(["-c", PY_ECHO, &LINUX_PORT.to_string()])
         .stdout(Stdio::piped())
@@ -329,7 +329,7 @@ fn start_linux_echo(rig: &Rig, ns: &str) -> Result<u16, String> {
     if line.trim() != "ready" {
         return Err("Linux's echo did not start".into());
     }
-    Ok(LINUX_PORT)
+    Ok(())
 }
 
 fn linux_client(ns: &str, port: u16, size: usize, count: usize) -> Result<String, String> {
