@@ -76,6 +76,8 @@ fcntl.ioctl(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), 0x8946, ifreq)
 struct Rig {
     namespaces: Mutex<Vec<String>>,
     children: Mutex<Vec<Child>>,
+    /// The daemon's control socket, which a stop signal leaves behind.
+    socket: PathBuf,
 }
 
 impl Rig {
@@ -88,6 +90,7 @@ impl Rig {
         for ns in std::mem::take(&mut *lock(&self.namespaces)) {
             let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         }
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
@@ -183,9 +186,11 @@ pub fn tour(n: usize) -> Result<(), String> {
     }
     // Before any thread starts, so that only the signal thread gets them.
     let signals = block_stop_signals().map_err(|e| format!("signals: {e}"))?;
+    let pid = std::process::id();
     let rig = Arc::new(Rig {
         namespaces: Mutex::new(Vec::new()),
         children: Mutex::new(Vec::new()),
+        socket: std::env::temp_dir().join(format!("exonet-demo-{pid}-veth.sock")),
     });
     let on_signal = rig.clone();
     on_stop_signal(signals, move || {
@@ -194,7 +199,6 @@ pub fn tour(n: usize) -> Result<(), String> {
         std::process::exit(130);
     });
     let _teardown = Teardown(rig.clone());
-    let pid = std::process::id();
     let (exo_ns, linux_ns) = (
         format!("exonet-demo-{pid}-x"),
         format!("exonet-demo-{pid}-l"),
@@ -232,8 +236,7 @@ pub fn tour(n: usize) -> Result<(), String> {
     // Linux computes them itself.
     run(in_ns(&linux_ns, "/usr/bin/python3").args(["-c", PY_TX_CSUM_OFF, &vl]))?;
 
-    let socket = std::env::temp_dir().join(format!("exonet-demo-{pid}-veth.sock"));
-    let daemon = spawn_daemon(&exo_ns, &vx, socket)?;
+    let daemon = spawn_daemon(&exo_ns, &vx, rig.socket.clone())?;
     start_linux_echo(&rig, &linux_ns)?;
     println!(
         "exonet demo --veth: namespaces {exo_ns} (exonet {EXO}, a multiplexer daemon on \
