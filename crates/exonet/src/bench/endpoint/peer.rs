@@ -38,22 +38,28 @@ pub fn check_lifetime(deadline: Instant) -> Result<(), Fail> {
     Ok(())
 }
 
-/// `exonet bench-child` (in network namespace `netns`: through `ip netns
-/// exec`, which execs it, so the child is still ours), to which the caller
+/// `exonet bench-child` (in network namespace `netns`), to which the caller
 /// adds the role and its arguments.
 pub fn command(netns: Option<&str>) -> Result<Command, Fail> {
+    let mut cmd = exonet(netns)?;
+    cmd.arg("bench-child");
+    Ok(cmd)
+}
+
+/// This binary (in network namespace `netns`: through `ip netns exec`,
+/// which execs it, so the child is still ours), to which the caller adds
+/// the subcommand and its arguments.
+pub fn exonet(netns: Option<&str>) -> Result<Command, Fail> {
     let exe = std::env::current_exe()
         .map_err(|e| Fail::Error(format!("cannot find the exonet binary: {e}")))?;
-    let mut cmd = match netns {
+    Ok(match netns {
         None => Command::new(exe),
         Some(ns) => {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", ns]).arg(exe);
             c
         }
-    };
-    cmd.arg("bench-child");
-    Ok(cmd)
+    })
 }
 
 /// A running child, killed (if still running) and reaped on drop, so that
