@@ -115,6 +115,40 @@ struct Holdings {
     channels: usize,
 }
 
+/// A daemon running on its own thread ([`Daemon::spawn`]).
+pub struct Running {
+    stop: StopHandle,
+    socket: PathBuf,
+    thread: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Running {
+    /// The control socket's path, for [`exonet_shm::control::Client::connect`].
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops the daemon and returns how its loop ended.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> io::Result<()> {
+        self.stop.stop();
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(io::Error::other("the multiplexer thread panicked")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.halt();
+    }
+}
+
 /// The multiplexer serving applications over its control socket.
 pub struct Daemon {
     mux: Mux,
@@ -162,6 +196,39 @@ impl Daemon {
             stop,
             conns: HashMap::new(),
             control: Some(control),
+        })
+    }
+
+    /// Binds and runs the daemon on a thread of its own; the multiplexer is
+    /// made on that thread (a link need not be `Send` once open). Stopped and
+    /// joined when the returned handle drops.
+    pub fn spawn(
+        make_mux: impl FnOnce() -> io::Result<Mux> + Send + 'static,
+        config: DaemonConfig,
+    ) -> io::Result<Running> {
+        let socket = config.socket.clone();
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("exonet-mux".into())
+            .spawn(move || {
+                let daemon = make_mux().and_then(|mux| Daemon::bind(mux, config));
+                let mut d = match daemon {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let _ = tx.send(Ok(d.stop_handle()));
+                d.run()
+            })?;
+        let stop = rx
+            .recv()
+            .map_err(|_| io::Error::other("the multiplexer thread died while starting"))??;
+        Ok(Running {
+            stop,
+            socket,
+            thread: Some(thread),
         })
     }
 

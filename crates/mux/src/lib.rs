@@ -56,7 +56,7 @@ use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
 use exonet_link::Link;
 use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
 
-pub use control::{Daemon, DaemonConfig, StopHandle};
+pub use control::{Daemon, DaemonConfig, Running, StopHandle};
 pub use frag::{FragKind, FragPool, FragStats};
 pub use host::{HostConfig, HostStats, TokenBucket};
 pub use registry::{ChannelSpec, Proto};

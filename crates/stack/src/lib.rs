@@ -4,21 +4,29 @@
 //! events and frames to send. Nothing here does I/O or reads a clock, so tests drive
 //! them with simulated time.
 //!
-//! So far: IPv4 input checks ([`ipv4_rx`]), fragmentation ([`frag`]) and reassembly
-//! ([`reasm`]), ICMP ([`icmp`]), UDP ([`udp`]) and a hierarchical timing wheel
-//! ([`timer`]). The sockets that use them are still to come.
-#![forbid(unsafe_code)]
-#![warn(missing_docs)]
+//! The cores: IPv4 input checks ([`ipv4_rx`]), fragmentation ([`frag`]) and
+//! reassembly ([`reasm`]), ICMP ([`icmp`]), UDP ([`udp`]), the neighbour cache
+//! ([`arp`]) and a hierarchical timing wheel ([`timer`]). The [`socket`] module runs
+//! them over an endpoint of the multiplexer: [`Stack`], [`UdpSocket`],
+//! [`IcmpSocket`] and [`Poll`].
+// Only the socket layer touches shared memory, each block with its reason.
+#![deny(unsafe_code)]
 
+pub mod arp;
 pub mod frag;
 pub mod icmp;
 pub mod ipv4_rx;
 pub mod reasm;
+pub mod socket;
 pub mod time;
 pub mod timer;
 pub mod udp;
 
 pub use frag::{fragment, FragError};
 pub use reasm::{DropCause, ReasmConfig, ReasmStats, Reassembler};
+pub use socket::{
+    Echo, Event, Events, IcmpSocket, Interest, Poll, Stack, StackConfig, StackStats, Token,
+    UdpSocket,
+};
 pub use time::Time;
 pub use timer::{TimerId, TimerWheel};

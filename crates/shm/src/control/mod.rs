@@ -389,6 +389,14 @@ impl Client {
     }
 }
 
+/// The control socket, for a caller's own poll set (to notice the multiplexer
+/// go while waiting on a doorbell, as [`Client::wait`] does).
+impl AsFd for Client {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
 fn unexpected(r: Reply) -> ControlError {
     ControlError::Protocol(format!("unexpected reply {r:?}"))
 }

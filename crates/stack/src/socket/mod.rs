@@ -1,0 +1,342 @@
+//! Sockets: the protocol cores of this crate run over an endpoint of the
+//! multiplexer, as a library linked into the application (Thekkath §III, U-Net §7).
+//!
+//! A [`Stack`] is one endpoint and its control connection; every socket made on it
+//! is a channel of that endpoint, bound through the multiplexer's registry. Any
+//! thread that needs data moves the endpoint's rings forward ("pumps") and sorts
+//! what arrived into the sockets' queues by channel. Datagrams stay in the segment
+//! buffers the multiplexer wrote them into until the application reads them: the
+//! read is the one copy, and the UDP checksum is verified in that copy.
+//!
+//! Blocking follows the endpoint's sleep protocol: a thread spins for
+//! [`StackConfig::busy_poll`], then one thread sleeps on the endpoint's doorbell and
+//! wakes the others after each pump.
+
+mod core;
+mod icmp;
+mod poll;
+mod udp;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use exonet_shm::control::{default_socket_path, Client, ControlError, HostInfo};
+use exonet_shm::Sleeper;
+
+use crate::arp::ArpConfig;
+use crate::reasm::ReasmConfig;
+
+pub use self::core::{SocketStats, StackStats, TxStats};
+pub use icmp::{Echo, IcmpSocket};
+pub use poll::{Event, Events, Interest, Poll, Token};
+pub use udp::UdpSocket;
+
+use self::core::{Inner, SendError};
+
+/// How a [`Stack`] is set up.
+#[derive(Debug, Clone)]
+pub struct StackConfig {
+    /// Frame buffers in the segment (2 KiB each); half receive, half send.
+    pub frames: u32,
+    /// How long a blocked call spins on the rings before it sleeps (as Linux's
+    /// `SO_BUSY_POLL`); zero sleeps at once.
+    pub busy_poll: Duration,
+    /// Largest IP datagram to send unfragmented; `None`: the link's MTU.
+    pub mtu: Option<usize>,
+    /// Datagrams a socket holds before it drops (its receive buffer).
+    pub socket_queue: usize,
+    /// Reassembly limits.
+    pub reasm: ReasmConfig,
+    /// Neighbour cache timing.
+    pub arp: ArpConfig,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        StackConfig {
+            frames: 1024,
+            busy_poll: Duration::ZERO,
+            mtu: None,
+            socket_queue: 256,
+            reasm: ReasmConfig::default(),
+            arp: ArpConfig::default(),
+        }
+    }
+}
+
+/// One endpoint of the multiplexer with the protocol library on it; cheap to clone
+/// (all clones are the same endpoint). Sockets keep it alive.
+#[derive(Clone)]
+pub struct Stack {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    /// Threads waiting while another sleeps on the doorbell.
+    woken: Condvar,
+    wake: Sleeper,
+    /// The control socket, polled with the doorbell to notice the multiplexer go.
+    control: RawFd,
+    busy_poll: Duration,
+}
+
+impl Stack {
+    /// Connects to the multiplexer at `socket` (see `exonet daemon`) and creates an
+    /// endpoint with the default configuration.
+    pub fn open(socket: &Path) -> io::Result<Stack> {
+        Stack::open_with(socket, &StackConfig::default())
+    }
+
+    /// Connects to the multiplexer at the default socket path.
+    pub fn open_default() -> io::Result<Stack> {
+        Stack::open(&default_socket_path())
+    }
+
+    /// Connects to the multiplexer at `socket` and creates an endpoint.
+    pub fn open_with(socket: &Path, config: &StackConfig) -> io::Result<Stack> {
+        let client = Client::connect(socket)?;
+        Stack::over(client, config)
+    }
+
+    /// A stack over an already connected client.
+    pub fn over(mut client: Client, config: &StackConfig) -> io::Result<Stack> {
+        let info = client.info()?;
+        if info.addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                "the multiplexer's host has no IPv4 address",
+            ));
+        }
+        let control = client.as_fd().as_raw_fd();
+        let (inner, wake) = Inner::new(client, info, config)?;
+        Ok(Stack {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(inner),
+                woken: Condvar::new(),
+                wake,
+                control,
+                busy_poll: config.busy_poll,
+            }),
+        })
+    }
+
+    /// The host's first address (what a socket bound to 0.0.0.0 gets).
+    pub fn local_addr(&self) -> Ipv4Addr {
+        self.shared.lock().info.addrs[0].0
+    }
+
+    /// The host as the multiplexer describes it.
+    pub fn info(&self) -> HostInfo {
+        self.shared.lock().info.clone()
+    }
+
+    /// The endpoint's id at the multiplexer.
+    pub fn endpoint(&self) -> u32 {
+        self.shared.lock().endpoint
+    }
+
+    /// The library's counters for this endpoint.
+    pub fn stats(&self) -> StackStats {
+        self.shared.lock().stats()
+    }
+
+    /// Moves the rings forward and runs due timers without waiting (an event loop
+    /// that polls other things calls this, or uses [`Poll`]).
+    pub fn pump(&self) -> io::Result<()> {
+        let mut g = self.shared.lock();
+        let now = g.now();
+        g.pump(now);
+        Ok(())
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+/// When a blocking call gives up.
+#[derive(Clone, Copy)]
+pub(crate) enum Wait {
+    /// Return `WouldBlock` at once.
+    NonBlocking,
+    /// Until then (`WouldBlock` after, as std's sockets on Unix).
+    Until(Instant),
+    Forever,
+}
+
+impl Wait {
+    pub(crate) fn new(nonblocking: bool, timeout: Option<Duration>) -> Wait {
+        match (nonblocking, timeout) {
+            (true, _) => Wait::NonBlocking,
+            (false, Some(t)) => Instant::now()
+                .checked_add(t)
+                .map_or(Wait::Forever, Wait::Until),
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic in another thread leaves the state as consistent as any
+        // single step does (no step spans an unlock), so go on with it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pumps and asks `ready` until it answers, waiting as `wait` says.
+    pub(crate) fn wait_for<T>(
+        &self,
+        wait: Wait,
+        mut ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
+        let spin_until = Instant::now() + self.busy_poll;
+        let mut g = self.lock();
+        loop {
+            let now = g.now();
+            g.pump(now);
+            if let Some(r) = ready(&mut g) {
+                return r;
+            }
+            let t = Instant::now();
+            let until = match wait {
+                Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
+                Wait::Until(d) if t >= d => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "timed out (the socket's timeout passed)",
+                    ))
+                }
+                Wait::Until(d) => Some(d),
+                Wait::Forever => None,
+            };
+            if t < spin_until {
+                drop(g);
+                std::hint::spin_loop();
+                g = self.lock();
+                continue;
+            }
+            // Sleep no longer than the library's own next timer.
+            let timer = g.next_deadline().map(|d| g.instant_of(d));
+            let until = match (until, timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = until.map(|u| u.saturating_duration_since(t));
+            if g.sleeping {
+                // Another thread sleeps on the doorbell and wakes us after it pumps;
+                // the cap covers its leaving without data for us.
+                let cap = Duration::from_millis(10);
+                let d = timeout.map_or(cap, |x| x.min(cap));
+                g = self
+                    .woken
+                    .wait_timeout(g, d)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            g.sleeping = true;
+            drop(g);
+            let slept = self.sleep(timeout);
+            g = self.lock();
+            g.sleeping = false;
+            self.woken.notify_all();
+            slept?;
+        }
+    }
+
+    /// Runs a send of socket `id` to `dst`, waiting for buffers (and, for a
+    /// blocking socket, for the neighbour to resolve) as the socket's mode and
+    /// write timeout say. A pending error is returned first, as the kernel does.
+    pub(crate) fn send(
+        &self,
+        id: usize,
+        dst: Ipv4Addr,
+        mut send: impl FnMut(&mut Inner) -> Result<(), SendError>,
+    ) -> io::Result<()> {
+        let (wait, give_up) = {
+            let mut g = self.lock();
+            if let Some(e) = g.sock_mut(id).error.take() {
+                return Err(e.into());
+            }
+            let s = g.sock(id);
+            (Wait::new(s.nonblocking, s.write_timeout), g.arp_give_up())
+        };
+        let started = Instant::now();
+        self.wait_for(wait, |g| match send(g) {
+            Ok(()) => Some(Ok(())),
+            Err(SendError::Full) => None,
+            Err(SendError::Unresolved) if started.elapsed() < give_up => None,
+            Err(SendError::Unresolved) => Some(Err(io::Error::new(
+                io::ErrorKind::HostUnreachable,
+                format!("{dst} did not answer ARP"),
+            ))),
+            Err(SendError::Fatal(e)) => Some(Err(e)),
+        })
+    }
+
+    /// One sleep on the doorbell, by the endpoint's protocol: flag, re-check,
+    /// block, clear. Also wakes if the multiplexer goes away.
+    fn sleep(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.wake.announce_sleep();
+        if self.lock().has_work() {
+            self.wake.end_sleep();
+            return Ok(());
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: self.wake.doorbell().as_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.control,
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        // Round up, so a short timer does not turn into a busy loop.
+        let ms = timeout.map_or(-1, |t| {
+            t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        });
+        // SAFETY: two live pollfds for the call's duration; the control socket
+        // lives as long as `Inner`, which this `Shared` owns.
+        #[allow(unsafe_code)]
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        self.wake.end_sleep();
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        if fds[1].revents != 0 {
+            return Err(ControlError::Disconnected.into());
+        }
+        if fds[0].revents != 0 {
+            self.wake.doorbell().drain()?;
+        }
+        Ok(())
+    }
+}
+
+/// The first IPv4 address `addr` resolves to.
+pub(crate) fn v4(addr: impl ToSocketAddrs) -> io::Result<SocketAddrV4> {
+    addr.to_socket_addrs()?
+        .find_map(|a| match a {
+            SocketAddr::V4(a) => Some(a),
+            SocketAddr::V6(_) => None,
+        })
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no IPv4 address (exonet speaks IPv4 only)",
+            )
+        })
+}

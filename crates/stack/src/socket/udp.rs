@@ -1,0 +1,259 @@
+//! [`UdpSocket`], shaped like `std::net::UdpSocket`.
+
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4, ToSocketAddrs};
+use std::time::Duration;
+
+use super::core::{Kind, MAX_UDP_PAYLOAD};
+use super::{v4, Stack, Wait};
+use crate::udp::copy_and_sum;
+
+/// A UDP socket on a [`Stack`]: a channel of its endpoint, bound through the
+/// multiplexer's registry. Methods are those of `std::net::UdpSocket`; timeouts and
+/// non-blocking mode report `WouldBlock` as std does on Unix. Closing (dropping)
+/// unbinds the channel.
+///
+/// A socket bound to 0.0.0.0 gets the host's first address: the multiplexer binds
+/// one address per channel.
+pub struct UdpSocket {
+    stack: Stack,
+    id: usize,
+}
+
+impl UdpSocket {
+    /// Binds to `addr` (port 0: an ephemeral port from the registry).
+    pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        let addr = v4(addr)?;
+        let id = stack.shared().lock().open(Kind::Udp, addr)?;
+        Ok(UdpSocket {
+            stack: stack.clone(),
+            id,
+        })
+    }
+
+    /// The stack this socket is on.
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.stack.shared().lock().sock(self.id).local.into())
+    }
+
+    /// The peer of a connected socket (`NotConnected` otherwise).
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.stack
+            .shared()
+            .lock()
+            .sock(self.id)
+            .peer
+            .map(SocketAddr::V4)
+            .ok_or_else(|| io::ErrorKind::NotConnected.into())
+    }
+
+    /// Sends only to `addr` and receives only from it from now on (datagrams from
+    /// others are dropped and counted).
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
+        let addr = v4(addr)?;
+        let mut g = self.stack.shared().lock();
+        let s = g.sock_mut(self.id);
+        s.peer = Some(addr);
+        s.error = None;
+        Ok(())
+    }
+
+    /// Sends `buf` to the connected peer.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let peer = self
+            .stack
+            .shared()
+            .lock()
+            .sock(self.id)
+            .peer
+            .ok_or(io::ErrorKind::NotConnected)?;
+        self.send_v4(buf, peer)
+    }
+
+    /// Sends `buf` to `addr`.
+    pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
+        self.send_v4(buf, v4(addr)?)
+    }
+
+    fn send_v4(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        if buf.len() > MAX_UDP_PAYLOAD {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} bytes exceed a UDP datagram's {MAX_UDP_PAYLOAD}",
+                    buf.len()
+                ),
+            ));
+        }
+        self.stack
+            .shared()
+            .send(self.id, *to.ip(), |g| g.send_udp(self.id, to, buf))?;
+        Ok(buf.len())
+    }
+
+    /// Receives one datagram into `buf` (the rest of a longer one is discarded, as
+    /// std does) and returns its length and sender.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.read(buf, true)
+    }
+
+    /// As [`recv_from`](Self::recv_from), leaving the datagram queued.
+    pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.read(buf, false)
+    }
+
+    /// Receives one datagram (on a connected socket: from the peer).
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(buf, true).map(|(n, _)| n)
+    }
+
+    /// As [`recv`](Self::recv), leaving the datagram queued.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(buf, false).map(|(n, _)| n)
+    }
+
+    fn read(&self, buf: &mut [u8], consume: bool) -> io::Result<(usize, SocketAddr)> {
+        let len = buf.len();
+        self.wait_readable(|g, id| {
+            g.take(id, consume, |bytes, from, _| {
+                let n = bytes.len().min(len);
+                let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
+                ((n, SocketAddr::V4(from)), sum, n)
+            })
+        })
+    }
+
+    /// Receives one datagram and hands its payload to `f` where it lies in the
+    /// segment, with no copy at all; the checksum is verified first (one read
+    /// pass). `f` runs with the stack locked, so it must not use this stack; the
+    /// buffer goes back when it returns.
+    pub fn recv_with<R>(&self, f: impl FnOnce(&[u8], SocketAddr) -> R) -> io::Result<R> {
+        let mut f = Some(f);
+        self.wait_readable(|g, id| {
+            g.take(id, true, |bytes, from, _| {
+                let sum = exonet_wire::checksum::sum(bytes);
+                let r = f.take().map(|f| f(bytes, SocketAddr::V4(from)));
+                (r, sum, bytes.len())
+            })
+            .flatten()
+        })
+    }
+
+    fn wait_readable<R>(
+        &self,
+        mut take: impl FnMut(&mut super::core::Inner, usize) -> Option<R>,
+    ) -> io::Result<R> {
+        let shared = self.stack.shared();
+        let wait = {
+            let g = shared.lock();
+            let s = g.sock(self.id);
+            Wait::new(s.nonblocking, s.read_timeout)
+        };
+        shared.wait_for(wait, |g| {
+            if let Some(e) = g.sock_mut(self.id).error.take() {
+                return Some(Err(e.into()));
+            }
+            take(g, self.id).map(Ok)
+        })
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.stack.shared().lock().sock_mut(self.id).read_timeout = t;
+        Ok(())
+    }
+
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.stack.shared().lock().sock_mut(self.id).write_timeout = t;
+        Ok(())
+    }
+
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.stack.shared().lock().sock(self.id).read_timeout)
+    }
+
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.stack.shared().lock().sock(self.id).write_timeout)
+    }
+
+    /// In non-blocking mode, calls that would wait return `WouldBlock`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.stack.shared().lock().sock_mut(self.id).nonblocking = on;
+        Ok(())
+    }
+
+    /// Allows sending to broadcast addresses (`SO_BROADCAST`).
+    pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
+        self.stack.shared().lock().sock_mut(self.id).broadcast = on;
+        Ok(())
+    }
+
+    pub fn broadcast(&self) -> io::Result<bool> {
+        Ok(self.stack.shared().lock().sock(self.id).broadcast)
+    }
+
+    /// The TTL of datagrams sent (1..=255).
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        let ttl = u8::try_from(ttl)
+            .ok()
+            .filter(|t| *t > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "TTL must be 1..=255"))?;
+        self.stack.shared().lock().sock_mut(self.id).ttl = ttl;
+        Ok(())
+    }
+
+    pub fn ttl(&self) -> io::Result<u32> {
+        Ok(self.stack.shared().lock().sock(self.id).ttl.into())
+    }
+
+    /// The pending asynchronous error (an ICMP error for a connected socket),
+    /// cleared.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(self
+            .stack
+            .shared()
+            .lock()
+            .sock_mut(self.id)
+            .error
+            .take()
+            .map(io::Error::from))
+    }
+
+    pub(crate) fn id(&self) -> usize {
+        self.id
+    }
+}
+
+impl Drop for UdpSocket {
+    fn drop(&mut self) {
+        self.stack.shared().lock().close(self.id);
+    }
+}
+
+impl std::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.stack.shared().lock();
+        let s = g.sock(self.id);
+        f.debug_struct("UdpSocket")
+            .field("local", &s.local)
+            .field("peer", &s.peer)
+            .field("channel", &s.channel)
+            .finish()
+    }
+}
+
+/// std refuses a zero timeout the same way.
+pub(crate) fn check_timeout(t: Option<Duration>) -> io::Result<()> {
+    if t == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        ));
+    }
+    Ok(())
+}
