@@ -1,6 +1,7 @@
 //! `exonet`'s side of a `udp` measurement: an exonet UDP socket on an
-//! endpoint of the daemon at the given control socket, blocking, spinning
-//! for [`BUSY_POLL`] before it sleeps.
+//! endpoint of the daemon at the given control socket, blocking: sleeping
+//! at once while it waits (the library's default), or spinning for
+//! [`BUSY_POLL`] first.
 
 use std::io::ErrorKind;
 use std::net::SocketAddrV4;
@@ -13,10 +14,10 @@ use super::node::Datagrams;
 use crate::bench::endpoint::error;
 use crate::bench::report::Fail;
 
-/// How long a blocked call spins before it sleeps: longer than a round
-/// trip, so that a ping-pong never sleeps, as an application tuned for
-/// latency would set it (Linux's `SO_BUSY_POLL` plays the same part).
-const BUSY_POLL: Duration = Duration::from_micros(0);
+/// How long a busy socket spins before it sleeps: longer than a round
+/// trip, so that a ping-pong on an idle machine never sleeps (the part
+/// Linux's `SO_BUSY_POLL` plays).
+const BUSY_POLL: Duration = Duration::from_micros(200);
 
 pub struct ExonetSocket {
     sock: UdpSocket,
@@ -27,9 +28,10 @@ impl ExonetSocket {
         daemon: &Path,
         local: SocketAddrV4,
         remote: SocketAddrV4,
+        busy: bool,
     ) -> Result<ExonetSocket, Fail> {
         let config = StackConfig {
-            busy_poll: BUSY_POLL,
+            busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
             ..StackConfig::default()
         };
         let stack = Stack::open_with(daemon, &config)

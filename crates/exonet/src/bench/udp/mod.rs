@@ -11,15 +11,17 @@
 //! - `udp-rtt-memwire`, `us_rtt` and `us_rtt_p99`: round trip of a 4-byte
 //!   datagram between two applications. `exonet`: two `exonet daemon
 //!   --link memwire:RENDEZVOUS` on one in-memory cable, an application on
-//!   each, all four separate processes; `linux-loopback`: two kernel UDP
-//!   sockets on 127.0.0.1, for reference (the same two processes, no
+//!   each, all four separate processes, the applications' sockets sleeping
+//!   at once while they wait (the library's default); `exonet-busy`: the
+//!   same, spinning 200 us before they sleep; `linux-loopback`: two kernel
+//!   UDP sockets on 127.0.0.1, for reference (the same two processes, no
 //!   daemons, no wire).
 //! - `udp-rtt-veth`, the same over a veth pair between two network
-//!   namespaces: `exonet`: an `exonet daemon --link afxdp:IFACE` and an
-//!   application in each namespace; `linux`: kernel sockets; `linux-busy`:
-//!   kernel sockets non-blocking and busy-polled (exonet's sockets spin a
-//!   while before they sleep, as `linux-busy` always does). Goal: exonet's
-//!   median at most 0.8 times Linux's.
+//!   namespaces: `exonet`, `exonet-busy`: an `exonet daemon --link
+//!   afxdp:IFACE` and an application in each namespace; `linux`: kernel
+//!   sockets, sleeping in the kernel while they wait; `linux-busy`: kernel
+//!   sockets, non-blocking and busy-polled. Goal: exonet's median at most
+//!   0.8 times Linux's.
 //! - `udp-tput-veth-64`, `udp-tput-veth-1472`, `mpps` and `gbps` (UDP
 //!   payload bits): one-way throughput of 64- and 1472-byte datagrams over
 //!   the same pair, counted by the receiver over a window after a warm-up;
@@ -78,7 +80,13 @@ const RTT_VETH: &str = "udp-rtt-veth";
 const TPUT: [(&str, usize); 2] = [("udp-tput-veth-64", 64), ("udp-tput-veth-1472", 1472)];
 const CASES: [&str; 4] = [RTT_MEMWIRE, RTT_VETH, TPUT[0].0, TPUT[1].0];
 /// In the order of the table's columns.
-const SYSTEMS: [&str; 4] = ["exonet", "linux", "linux-busy", "linux-loopback"];
+const SYSTEMS: [&str; 5] = [
+    "exonet",
+    "exonet-busy",
+    "linux",
+    "linux-busy",
+    "linux-loopback",
+];
 const RTT_METRICS: [&str; 2] = ["us_rtt", "us_rtt_p99"];
 const TPUT_METRICS: [&str; 2] = ["mpps", "gbps"];
 /// Round trips carry a sequence number and nothing else.
@@ -275,32 +283,58 @@ fn tput(stack: Stack, sides: &[Side; 2], size: usize, plan: &Plan) -> Result<[f6
 }
 
 fn memwire(plan: &Plan, scratch: &Scratch, ports: &mut Ports, rep: &mut Reporter) {
-    rep.progress(&format!("{RTT_MEMWIRE}: exonet (two daemons on a memwire)"));
     let rendezvous = scratch.path().join("memwire.sock");
     let link = format!("memwire:{}", rendezvous.display());
-    let r = Daemons::start(
-        scratch.path(),
-        "memwire",
-        [link.clone(), link],
-        [None, None],
-        MEMWIRE_IPS,
-    )
-    .and_then(|d| {
-        rtt(
-            Stack::Exonet,
-            &sides([None, None], MEMWIRE_IPS, ports.next(), Some(&d)),
-            plan,
+    let mut daemons = Lazy::new(|| {
+        Daemons::start(
+            scratch.path(),
+            "memwire",
+            [link.clone(), link.clone()],
+            [None, None],
+            MEMWIRE_IPS,
         )
     });
-    push(rep, RTT_MEMWIRE, "exonet", RTT_METRICS, r);
-    rep.progress(&format!("{RTT_MEMWIRE}: linux-loopback"));
-    let lo = [Ipv4Addr::LOCALHOST; 2];
-    let r = rtt(
-        Stack::Linux,
-        &sides([None, None], lo, ports.next(), None),
-        plan,
-    );
-    push(rep, RTT_MEMWIRE, "linux-loopback", RTT_METRICS, r);
+    let systems = [
+        ("exonet", Stack::Exonet),
+        ("exonet-busy", Stack::ExonetBusy),
+        ("linux-loopback", Stack::Linux),
+    ];
+    for (system, stack) in systems {
+        rep.progress(&format!("{RTT_MEMWIRE}: {system}"));
+        let r = if stack.is_exonet() {
+            daemons.get().and_then(|d| {
+                let s = sides([None, None], MEMWIRE_IPS, ports.next(), Some(d));
+                rtt(stack, &s, plan)
+            })
+        } else {
+            let s = sides([None, None], [Ipv4Addr::LOCALHOST; 2], ports.next(), None);
+            rtt(stack, &s, plan)
+        };
+        push(rep, RTT_MEMWIRE, system, RTT_METRICS, r);
+    }
+}
+
+/// Daemons started when first needed, then shared (or their failure
+/// told again).
+struct Lazy<F> {
+    start: F,
+    daemons: Option<Result<Daemons, Fail>>,
+}
+
+impl<F: FnMut() -> Result<Daemons, Fail>> Lazy<F> {
+    fn new(start: F) -> Lazy<F> {
+        Lazy {
+            start,
+            daemons: None,
+        }
+    }
+
+    fn get(&mut self) -> Result<&Daemons, Fail> {
+        self.daemons
+            .get_or_insert_with(&mut self.start)
+            .as_ref()
+            .map_err(Fail::clone)
+    }
 }
 
 /// The systems of a veth case.
@@ -308,6 +342,7 @@ fn veth_systems(case: &str) -> &'static [(&'static str, Stack)] {
     if case == RTT_VETH {
         &[
             ("exonet", Stack::Exonet),
+            ("exonet-busy", Stack::ExonetBusy),
             ("linux", Stack::Linux),
             ("linux-busy", Stack::LinuxBusy),
         ]
@@ -345,33 +380,31 @@ fn veth(plan: &Plan, scratch: &Scratch, ports: &mut Ports, cases: &[&str], rep: 
     let exonet_ips = [ENDS[0].exonet_ip, ENDS[1].exonet_ip];
     let kernel_ips = [ENDS[0].kernel_ip, ENDS[1].kernel_ip];
     // One pair of daemons for every exonet measurement on the pair.
-    let mut daemons: Option<Result<Daemons, Fail>> = None;
+    let mut daemons = Lazy::new(|| {
+        Daemons::start(
+            scratch.path(),
+            "veth",
+            [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i])),
+            netns,
+            exonet_ips,
+        )
+    });
     for &case in cases {
         for &(system, stack) in veth_systems(case) {
             rep.progress(&format!("{case}: {system}"));
-            let d = match stack {
-                Stack::Exonet => match daemons.get_or_insert_with(|| {
-                    Daemons::start(
-                        scratch.path(),
-                        "veth",
-                        [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i])),
-                        netns,
-                        exonet_ips,
-                    )
-                }) {
-                    Ok(d) => Some(&*d),
-                    Err(e) => {
-                        push(rep, case, system, metrics(case), Err(e.clone()));
-                        continue;
-                    }
-                },
-                _ => None,
+            let measure = |d: Option<&Daemons>, ips, ports| {
+                let s = sides(netns, ips, ports, d);
+                match TPUT.iter().find(|t| t.0 == case) {
+                    Some(&(_, size)) => tput(stack, &s, size, plan),
+                    None => rtt(stack, &s, plan),
+                }
             };
-            let ips = if d.is_some() { exonet_ips } else { kernel_ips };
-            let s = sides(netns, ips, ports.next(), d);
-            let r = match TPUT.iter().find(|t| t.0 == case) {
-                Some(&(_, size)) => tput(stack, &s, size, plan),
-                None => rtt(stack, &s, plan),
+            let r = if stack.is_exonet() {
+                daemons
+                    .get()
+                    .and_then(|d| measure(Some(d), exonet_ips, ports.next()))
+            } else {
+                measure(None, kernel_ips, ports.next())
             };
             push(rep, case, system, metrics(case), r);
         }

@@ -45,12 +45,21 @@ const MAX_DATAGRAM: usize = 2048;
 /// Whose UDP socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Stack {
-    /// exonet's, through the daemon at `--socket`.
+    /// exonet's, through the daemon at `--socket`, sleeping at once while
+    /// it waits.
     Exonet,
+    /// exonet's, spinning a while before it sleeps.
+    ExonetBusy,
     /// Linux's, sleeping in the kernel while it waits.
     Linux,
     /// Linux's, non-blocking and busy-polled.
     LinuxBusy,
+}
+
+impl Stack {
+    pub fn is_exonet(self) -> bool {
+        matches!(self, Stack::Exonet | Stack::ExonetBusy)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -110,12 +119,13 @@ pub trait Datagrams {
 pub fn node(args: &NodeArgs) -> Result<(), Fail> {
     let deadline = Instant::now() + Duration::from_millis(args.lifetime_ms);
     let mut sock: Box<dyn Datagrams> = match args.stack {
-        Stack::Exonet => {
+        Stack::Exonet | Stack::ExonetBusy => {
             let path = args
                 .socket
                 .as_deref()
                 .ok_or_else(|| Fail::Error("exonet needs --socket".into()))?;
-            Box::new(ExonetSocket::open(path, args.local, args.remote)?)
+            let busy = args.stack == Stack::ExonetBusy;
+            Box::new(ExonetSocket::open(path, args.local, args.remote, busy)?)
         }
         Stack::Linux => Box::new(Kernel::open(args, false)?),
         Stack::LinuxBusy => Box::new(Kernel::open(args, true)?),
