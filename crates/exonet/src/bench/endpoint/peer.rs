@@ -62,6 +62,20 @@ pub fn exonet(netns: Option<&str>) -> Result<Command, Fail> {
     })
 }
 
+/// Whether `name` is `<prefix><pid>...` for a process that is gone: what a
+/// run killed before it could clean up left behind (a run's own cleanup
+/// does not survive SIGKILL). A pid in use again is taken as alive.
+pub fn left_by_dead_run(name: &str, prefix: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next();
+    match digits.and_then(|d| d.parse::<u32>().ok()) {
+        Some(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        None => false,
+    }
+}
+
 /// A running child, killed (if still running) and reaped on drop, so that
 /// no error path leaves one behind.
 pub struct Peer {

@@ -173,7 +173,7 @@ pub fn ip(args: &[&str]) -> Result<(), Fail> {
 
 /// Two network namespaces (`exo-bench-<pid>-a`, `-b`) with a veth pair
 /// between them, the kernel's addresses of [`ENDS`] on its ends; deleted on
-/// drop, with the pair.
+/// drop, with the pair (or by the next run, if this one is killed).
 pub struct Net {
     pub namespaces: Vec<String>,
     pub ifnames: [String; 2],
@@ -181,6 +181,7 @@ pub struct Net {
 
 impl Net {
     pub fn create() -> Result<Net, Fail> {
+        Net::sweep();
         let pid = std::process::id();
         let mut net = Net {
             namespaces: Vec::new(),
@@ -234,6 +235,21 @@ impl Net {
             ip(&["-n", &ns[i], "link", "set", &ifs[i], "up"])?;
         }
         Ok(net)
+    }
+
+    /// Deletes the namespaces (and so the pairs) of runs that were killed.
+    fn sweep() {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "list"]);
+        let Ok(list) = Peer::spawn(cmd, &[], "ip netns list").and_then(|mut p| p.finish(PATIENCE))
+        else {
+            return;
+        };
+        for ns in list.lines().filter_map(|l| l.split_whitespace().next()) {
+            if peer::left_by_dead_run(ns, "exo-bench-") {
+                let _ = ip(&["netns", "del", ns]);
+            }
+        }
     }
 
     /// The command that runs `role` of `system` at its end of the pair.

@@ -16,12 +16,20 @@ use crate::bench::endpoint::peer::{self, Peer, PATIENCE};
 use crate::bench::report::Fail;
 
 /// A directory of this run (`$TMPDIR/exonet-bench-udp-<pid>`), removed on
-/// drop.
+/// drop (or by the next run, if this one is killed).
 pub struct Scratch(PathBuf);
 
 impl Scratch {
     pub fn create() -> Result<Scratch, Fail> {
-        let dir = std::env::temp_dir().join(format!("exonet-bench-udp-{}", std::process::id()));
+        const PREFIX: &str = "exonet-bench-udp-";
+        let tmp = std::env::temp_dir();
+        // Those of runs that were killed go first.
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            if peer::left_by_dead_run(&entry.file_name().to_string_lossy(), PREFIX) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let dir = tmp.join(format!("{PREFIX}{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(error("scratch directory"))?;
         Ok(Scratch(dir))
     }
