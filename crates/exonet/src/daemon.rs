@@ -110,7 +110,9 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     r
 }
 
-fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Link>, String> {
+/// The link `spec` names (see [`DaemonArgs::link`]), for a host with
+/// `addrs` whose control socket is `socket`.
+pub fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Link>, String> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let need = |what: &str| {
         if rest.is_empty() {

@@ -26,13 +26,19 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
     }
     // Without root they must be skipped; with root they may be (no veth
     // pairs or namespaces here).
-    for system in ["exonet", "exonet-busy", "linux", "linux-busy"] {
+    for system in [
+        "exonet",
+        "exonet-inproc",
+        "exonet-busy",
+        "linux",
+        "linux-busy",
+    ] {
         for metric in ["us_rtt", "us_rtt_p99"] {
             want.push(("udp-rtt-veth", system, metric, true));
         }
     }
     for case in ["udp-tput-veth-64", "udp-tput-veth-1472"] {
-        for system in ["exonet", "linux"] {
+        for system in ["exonet", "exonet-inproc", "linux"] {
             for metric in ["mpps", "gbps"] {
                 want.push((case, system, metric, true));
             }

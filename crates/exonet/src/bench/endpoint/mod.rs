@@ -56,7 +56,7 @@ use clap::{Args, Subcommand};
 use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
 
-mod kernel;
+pub mod kernel;
 pub mod peer;
 mod ring;
 pub mod veth;

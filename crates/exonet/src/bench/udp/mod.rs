@@ -20,13 +20,16 @@
 //!   namespaces: `exonet`, `exonet-busy`: an `exonet daemon --link
 //!   afxdp:IFACE` and an application in each namespace; `linux`: kernel
 //!   sockets, sleeping in the kernel while they wait; `linux-busy`: kernel
-//!   sockets, non-blocking and busy-polled. Goal: exonet's median at most
-//!   0.8 times Linux's.
+//!   sockets, non-blocking and busy-polled; `exonet-inproc`: no daemons,
+//!   each application runs its own multiplexer on its end of the pair
+//!   (`exonet_mux::InProcess`), driven by the socket's calls. Goal:
+//!   exonet's median at most 0.8 times Linux's.
 //! - `udp-tput-veth-64`, `udp-tput-veth-1472`, `mpps` and `gbps` (UDP
 //!   payload bits): one-way throughput of 64- and 1472-byte datagrams over
 //!   the same pair, counted by the receiver over a window after a warm-up;
-//!   `linux` sends with `sendmmsg` and receives with `recvmmsg`, batches
-//!   of 32. Goal: exonet's packet rate of 64-byte datagrams at least twice
+//!   `exonet`, `exonet-inproc` as above, one datagram per call; `linux`
+//!   sends with `sendmmsg` and receives with `recvmmsg`, batches of 32.
+//!   The sender goes on until the receiver is done. Goal: exonet's packet rate of 64-byte datagrams at least twice
 //!   Linux's.
 //!
 //! The veth cases need root; without it, or without veth pairs and
@@ -61,6 +64,7 @@ use clap::{Args, Subcommand};
 use crate::bench::endpoint::veth::{Net, ENDS};
 use crate::bench::report::{ratio, Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
+use exonet::Serve;
 use node::{Role, Stack};
 use rig::{Daemons, Phases, Scratch, Side};
 
@@ -80,8 +84,9 @@ const RTT_VETH: &str = "udp-rtt-veth";
 const TPUT: [(&str, usize); 2] = [("udp-tput-veth-64", 64), ("udp-tput-veth-1472", 1472)];
 const CASES: [&str; 4] = [RTT_MEMWIRE, RTT_VETH, TPUT[0].0, TPUT[1].0];
 /// In the order of the table's columns.
-const SYSTEMS: [&str; 5] = [
+const SYSTEMS: [&str; 6] = [
     "exonet",
+    "exonet-inproc",
     "exonet-busy",
     "linux",
     "linux-busy",
@@ -225,18 +230,24 @@ fn push(
     }
 }
 
-/// The two sides: namespaces (if any), addresses, ports, daemons' sockets.
+/// The two sides: namespaces (if any), addresses, ports, who serves
+/// exonet's endpoints.
 fn sides<'a>(
     netns: [Option<&'a str>; 2],
     ips: [Ipv4Addr; 2],
     ports: [u16; 2],
-    daemons: Option<&'a Daemons>,
+    serve: [Option<Serve<'a>>; 2],
 ) -> [Side<'a>; 2] {
     [0, 1].map(|i| Side {
         netns: netns[i],
         addr: SocketAddrV4::new(ips[i], ports[i]),
-        socket: daemons.map(|d| d.sockets[i].as_path()),
+        serve: serve[i],
     })
+}
+
+/// The daemons' sockets, as who serves each side.
+fn by_daemons(d: &Daemons) -> [Option<Serve<'_>>; 2] {
+    [0, 1].map(|i| Some(Serve::Daemon(&d.sockets[i])))
 }
 
 /// Median and 99th percentile round trip, in microseconds.
@@ -303,11 +314,16 @@ fn memwire(plan: &Plan, scratch: &Scratch, ports: &mut Ports, rep: &mut Reporter
         rep.progress(&format!("{RTT_MEMWIRE}: {system}"));
         let r = if stack.is_exonet() {
             daemons.get().and_then(|d| {
-                let s = sides([None, None], MEMWIRE_IPS, ports.next(), Some(d));
+                let s = sides([None, None], MEMWIRE_IPS, ports.next(), by_daemons(d));
                 rtt(stack, &s, plan)
             })
         } else {
-            let s = sides([None, None], [Ipv4Addr::LOCALHOST; 2], ports.next(), None);
+            let s = sides(
+                [None, None],
+                [Ipv4Addr::LOCALHOST; 2],
+                ports.next(),
+                [None; 2],
+            );
             rtt(stack, &s, plan)
         };
         push(rep, RTT_MEMWIRE, system, RTT_METRICS, r);
@@ -337,17 +353,23 @@ impl<F: FnMut() -> Result<Daemons, Fail>> Lazy<F> {
     }
 }
 
-/// The systems of a veth case.
+/// The systems of a veth case. `exonet-inproc` comes first: its link
+/// cannot attach while the daemons' are attached to the same interfaces.
 fn veth_systems(case: &str) -> &'static [(&'static str, Stack)] {
     if case == RTT_VETH {
         &[
+            ("exonet-inproc", Stack::ExonetInproc),
             ("exonet", Stack::Exonet),
             ("exonet-busy", Stack::ExonetBusy),
             ("linux", Stack::Linux),
             ("linux-busy", Stack::LinuxBusy),
         ]
     } else {
-        &[("exonet", Stack::Exonet), ("linux", Stack::Linux)]
+        &[
+            ("exonet-inproc", Stack::ExonetInproc),
+            ("exonet", Stack::Exonet),
+            ("linux", Stack::Linux),
+        ]
     }
 }
 
@@ -379,32 +401,29 @@ fn veth(plan: &Plan, scratch: &Scratch, ports: &mut Ports, cases: &[&str], rep: 
     let netns = [0, 1].map(|i| Some(net.namespaces[i].as_str()));
     let exonet_ips = [ENDS[0].exonet_ip, ENDS[1].exonet_ip];
     let kernel_ips = [ENDS[0].kernel_ip, ENDS[1].kernel_ip];
-    // One pair of daemons for every exonet measurement on the pair.
-    let mut daemons = Lazy::new(|| {
-        Daemons::start(
-            scratch.path(),
-            "veth",
-            [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i])),
-            netns,
-            exonet_ips,
-        )
-    });
+    let links = [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i]));
     for &case in cases {
+        // Daemons for the case's exonet systems, gone before the next
+        // case's exonet-inproc.
+        let mut daemons =
+            Lazy::new(|| Daemons::start(scratch.path(), "veth", links.clone(), netns, exonet_ips));
         for &(system, stack) in veth_systems(case) {
             rep.progress(&format!("{case}: {system}"));
-            let measure = |d: Option<&Daemons>, ips, ports| {
-                let s = sides(netns, ips, ports, d);
+            let mut measure = |ips, serve| {
+                let s = sides(netns, ips, ports.next(), serve);
                 match TPUT.iter().find(|t| t.0 == case) {
                     Some(&(_, size)) => tput(stack, &s, size, plan),
                     None => rtt(stack, &s, plan),
                 }
             };
-            let r = if stack.is_exonet() {
-                daemons
+            let r = match stack {
+                Stack::ExonetInproc => {
+                    measure(exonet_ips, [0, 1].map(|i| Some(Serve::Link(&links[i]))))
+                }
+                Stack::Exonet | Stack::ExonetBusy => daemons
                     .get()
-                    .and_then(|d| measure(Some(d), exonet_ips, ports.next()))
-            } else {
-                measure(None, kernel_ips, ports.next())
+                    .and_then(|d| measure(exonet_ips, by_daemons(d))),
+                Stack::Linux | Stack::LinuxBusy => measure(kernel_ips, [None; 2]),
             };
             push(rep, case, system, metrics(case), r);
         }

@@ -6,22 +6,22 @@
 //!   warm-up, then times each round trip of the window and prints
 //!   `rtt_ns <median> <p99>`; a stop message (echoed too) ends both sides.
 //! - `pong` echoes every datagram until the stop message.
-//! - `send` sends datagrams of `--size` bytes, in batches, for the warm-up,
-//!   the window and [`SEND_SLACK`] (the receiver's clock starts at its
-//!   first datagram, a little after ours).
+//! - `send` sends datagrams of `--size` bytes, in batches, until the
+//!   parent closes the pipe `--stop-fd` (once the receiver is done).
 //! - `recv` waits for the first datagram, then counts what arrives in the
 //!   window that follows the warm-up and prints `received <datagrams>
 //!   <bytes> <seconds>`.
 
-use std::io::ErrorKind;
+use std::fs::File;
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 
-use super::exonet::ExonetSocket;
+use super::exonet::{ExonetSocket, Serve};
 use crate::bench::endpoint::error;
 use crate::bench::endpoint::peer::{self, Patience, PATIENCE};
 use crate::bench::endpoint::veth::transient;
@@ -30,8 +30,6 @@ use crate::bench::report::Fail;
 
 /// Datagrams per `sendmmsg`/`recvmmsg` call, and per check of the clock.
 pub const BATCH: usize = 32;
-/// How long the sender goes on after the warm-up and the window.
-pub const SEND_SLACK: Duration = Duration::from_secs(1);
 /// How long the pinging side waits for the answer to a probe before it
 /// sends another.
 const PROBE: Duration = Duration::from_millis(20);
@@ -50,6 +48,9 @@ pub enum Stack {
     Exonet,
     /// exonet's, spinning a while before it sleeps.
     ExonetBusy,
+    /// exonet's, its endpoint served by a multiplexer in this process on
+    /// the link `--link`, sleeping at once while it waits.
+    ExonetInproc,
     /// Linux's, sleeping in the kernel while it waits.
     Linux,
     /// Linux's, non-blocking and busy-polled.
@@ -58,7 +59,10 @@ pub enum Stack {
 
 impl Stack {
     pub fn is_exonet(self) -> bool {
-        matches!(self, Stack::Exonet | Stack::ExonetBusy)
+        matches!(
+            self,
+            Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc
+        )
     }
 }
 
@@ -80,9 +84,12 @@ pub struct NodeArgs {
     pub local: SocketAddrV4,
     #[arg(long)]
     pub remote: SocketAddrV4,
-    /// The daemon's control socket (`exonet` only).
+    /// The daemon's control socket (`exonet`, `exonet-busy`).
     #[arg(long)]
     pub socket: Option<PathBuf>,
+    /// The link of our own multiplexer (`exonet-inproc`).
+    #[arg(long)]
+    pub link: Option<String>,
     /// Payload bytes of every datagram.
     #[arg(long)]
     pub size: usize,
@@ -93,6 +100,9 @@ pub struct NodeArgs {
     pub window_ms: u64,
     #[arg(long)]
     pub lifetime_ms: u64,
+    /// The read end of a pipe whose closing tells the sender to stop.
+    #[arg(long)]
+    pub stop_fd: Option<RawFd>,
 }
 
 /// A connected UDP socket as the measurements use it.
@@ -119,13 +129,18 @@ pub trait Datagrams {
 pub fn node(args: &NodeArgs) -> Result<(), Fail> {
     let deadline = Instant::now() + Duration::from_millis(args.lifetime_ms);
     let mut sock: Box<dyn Datagrams> = match args.stack {
-        Stack::Exonet | Stack::ExonetBusy => {
-            let path = args
-                .socket
-                .as_deref()
-                .ok_or_else(|| Fail::Error("exonet needs --socket".into()))?;
+        Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc => {
+            let serve = match (&args.socket, &args.link) {
+                (Some(path), None) => Serve::Daemon(path),
+                (None, Some(link)) => Serve::Link(link),
+                _ => {
+                    return Err(Fail::Error(
+                        "exonet needs --socket or --link (not both)".into(),
+                    ))
+                }
+            };
             let busy = args.stack == Stack::ExonetBusy;
-            Box::new(ExonetSocket::open(path, args.local, args.remote, busy)?)
+            Box::new(ExonetSocket::open(serve, args.local, args.remote, busy)?)
         }
         Stack::Linux => Box::new(Kernel::open(args, false)?),
         Stack::LinuxBusy => Box::new(Kernel::open(args, true)?),
@@ -134,7 +149,7 @@ pub fn node(args: &NodeArgs) -> Result<(), Fail> {
     match args.role {
         Role::Ping => ping(w, args, deadline),
         Role::Pong => pong(w, deadline),
-        Role::Send => send(w, args),
+        Role::Send => send(w, args, deadline),
         Role::Recv => recv(w, args),
     }
 }
@@ -240,13 +255,23 @@ fn pong(w: &mut dyn Datagrams, deadline: Instant) -> Result<(), Fail> {
     }
 }
 
-fn send(w: &mut dyn Datagrams, args: &NodeArgs) -> Result<(), Fail> {
+fn send(w: &mut dyn Datagrams, args: &NodeArgs, deadline: Instant) -> Result<(), Fail> {
+    let stop = args
+        .stop_fd
+        .ok_or_else(|| Fail::Error("send needs --stop-fd".into()))?;
+    let stop = File::from(peer::adopt(&[stop])?.remove(0));
     let msg = vec![0x5a; args.size];
-    let end = Instant::now() + Duration::from_millis(args.warmup_ms + args.window_ms) + SEND_SLACK;
-    while Instant::now() < end {
+    loop {
+        // The pipe is non-blocking: nothing to read means "go on", its end
+        // (or a byte) means "stop".
+        match (&stop).read(&mut [0u8; 1]) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            _ => return Ok(()),
+        }
+        peer::check_lifetime(deadline)?;
         w.send_batch(&msg, BATCH)?;
     }
-    Ok(())
 }
 
 fn recv(w: &mut dyn Datagrams, args: &NodeArgs) -> Result<(), Fail> {

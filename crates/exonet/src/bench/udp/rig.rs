@@ -3,6 +3,7 @@
 //! `exonet bench-child udp-node` processes of a measurement.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -10,9 +11,10 @@ use std::time::Duration;
 use clap::ValueEnum;
 use exonet_shm::control::SeqPacket;
 
-use super::node::{Role, Stack, SEND_SLACK};
-use crate::bench::endpoint::error;
+use super::exonet::Serve;
+use super::node::{Role, Stack};
 use crate::bench::endpoint::peer::{self, Peer, PATIENCE};
+use crate::bench::endpoint::{error, kernel};
 use crate::bench::report::Fail;
 
 /// A directory of this run (`$TMPDIR/exonet-bench-udp-<pid>`), removed on
@@ -68,16 +70,19 @@ impl Daemons {
         let sockets = [0, 1].map(|i| dir.join(format!("{tag}-{i}.sock")));
         let mut procs = Vec::new();
         for i in 0..2 {
-            let mut cmd = peer::exonet(netns[i])?;
-            cmd.arg("daemon")
-                .arg("--link")
-                .arg(&links[i])
-                .arg("--ip")
-                .arg(format!("{}/24", ips[i]))
-                .arg("--socket")
-                .arg(&sockets[i]);
-            let mut daemon = Peer::spawn(cmd, &[], &format!("daemon {}", links[i]))?;
-            await_serving(&sockets[i], &mut daemon)?;
+            let daemon = while_busy(|| {
+                let mut cmd = peer::exonet(netns[i])?;
+                cmd.arg("daemon")
+                    .arg("--link")
+                    .arg(&links[i])
+                    .arg("--ip")
+                    .arg(format!("{}/24", ips[i]))
+                    .arg("--socket")
+                    .arg(&sockets[i]);
+                let mut daemon = Peer::spawn(cmd, &[], &format!("daemon {}", links[i]))?;
+                await_serving(&sockets[i], &mut daemon)?;
+                Ok(daemon)
+            })?;
             procs.push(daemon);
         }
         Ok(Daemons {
@@ -85,6 +90,21 @@ impl Daemons {
             sockets,
         })
     }
+}
+
+/// Runs `open` (of a link) again while it fails with "busy", for at most
+/// [`PATIENCE`]: the kernel releases an interface's queue a little after
+/// its previous owner (an earlier measurement's process) exited.
+pub fn while_busy<T>(mut open: impl FnMut() -> Result<T, Fail>) -> Result<T, Fail> {
+    const STEP: Duration = Duration::from_millis(10);
+    let busy = std::io::Error::from_raw_os_error(libc::EBUSY).to_string();
+    for _ in 0..PATIENCE.as_millis() / STEP.as_millis() {
+        match open() {
+            Err(Fail::Error(e)) if e.contains(&busy) => std::thread::sleep(STEP),
+            r => return r,
+        }
+    }
+    open()
 }
 
 /// Waits, at most [`PATIENCE`], until `daemon` accepts connections on
@@ -110,8 +130,8 @@ fn await_serving(socket: &Path, daemon: &mut Peer) -> Result<(), Fail> {
 pub struct Side<'a> {
     pub netns: Option<&'a str>,
     pub addr: SocketAddrV4,
-    /// Its daemon's control socket (exonet only).
-    pub socket: Option<&'a Path>,
+    /// Who serves its endpoint (exonet only).
+    pub serve: Option<Serve<'a>>,
 }
 
 /// How long a measurement's phases last.
@@ -122,10 +142,10 @@ pub struct Phases {
 }
 
 impl Phases {
-    /// How long a node may live: starting, its phases, the sender's slack
-    /// and its waits.
+    /// How long a node may live: starting, waiting for the other, its
+    /// phases, and the sender's wait for the receiver to finish.
     fn lifetime(&self) -> Duration {
-        self.warmup + self.window + SEND_SLACK + PATIENCE * 2
+        self.warmup + self.window + PATIENCE * 3
     }
 }
 
@@ -155,9 +175,11 @@ fn node(
         .arg(ph.window.as_millis().to_string())
         .arg("--lifetime-ms")
         .arg(ph.lifetime().as_millis().to_string());
-    if let Some(s) = me.socket {
-        cmd.arg("--socket").arg(s);
-    }
+    match me.serve {
+        Some(Serve::Daemon(socket)) => cmd.arg("--socket").arg(socket),
+        Some(Serve::Link(link)) => cmd.arg("--link").arg(link),
+        None => &mut cmd,
+    };
     Ok(cmd)
 }
 
@@ -170,7 +192,8 @@ fn name<T: ValueEnum>(v: T) -> String {
 
 /// Runs `passive` on `sides[1]` (pong, recv), then `active` on `sides[0]`
 /// (ping, send), each bound to its side's address and sending to the
-/// other's; both must succeed. Their stdout: (passive, active).
+/// other's; both must succeed. A sender is told to stop once the receiver
+/// is done. Their stdout: (passive, active).
 pub fn pair(
     stack: Stack,
     [passive, active]: [Role; 2],
@@ -183,14 +206,37 @@ pub fn pair(
         &[],
         &name(passive),
     )?;
-    let mut a = Peer::spawn(
-        node(stack, active, sides[0], sides[1], size, ph)?,
-        &[],
-        &name(active),
-    )?;
+    let mut cmd = node(stack, active, sides[0], sides[1], size, ph)?;
     let limit = ph.lifetime() + PATIENCE;
-    // One that waited in vain for its partner blames the partner.
-    let out_a = a.finish(limit).map_err(|e| p.failed().unwrap_or(e))?;
-    let out_p = p.finish(limit).map_err(|e| a.failed().unwrap_or(e))?;
+    if active != Role::Send {
+        let mut a = Peer::spawn(cmd, &[], &name(active))?;
+        // When both fail, one may have waited in vain for the other: tell
+        // both.
+        let out_a = a.finish(limit).map_err(|e| match p.failed() {
+            Some(pe) => both(pe, e),
+            None => e,
+        })?;
+        return Ok((p.finish(limit)?, out_a));
+    }
+    let (stop_rx, stop_tx) = kernel::pipe()?;
+    cmd.arg("--stop-fd").arg(stop_rx.as_raw_fd().to_string());
+    let mut a = Peer::spawn(cmd, &[stop_rx.as_raw_fd()], &name(active))?;
+    drop(stop_rx);
+    let out_p = p.finish(limit).map_err(|e| match a.failed() {
+        Some(ae) => both(e, ae),
+        None => e,
+    })?;
+    drop(stop_tx);
+    let out_a = a.finish(PATIENCE)?;
     Ok((out_p, out_a))
+}
+
+/// Two failures as one: an error if either is.
+fn both(a: Fail, b: Fail) -> Fail {
+    match (a, b) {
+        (Fail::Skip(x), Fail::Skip(y)) => Fail::Skip(format!("{x}; {y}")),
+        (Fail::Error(x) | Fail::Skip(x), Fail::Error(y) | Fail::Skip(y)) => {
+            Fail::Error(format!("{x}; {y}"))
+        }
+    }
 }
