@@ -190,21 +190,22 @@ pub fn run(args: &UdpArgs) -> ExitCode {
     }
 }
 
-/// A footer line: exonet's `metric` over Linux's in `case`, against the
-/// goal.
+/// Footer lines: each exonet system's `metric` over Linux's in `case`,
+/// against the goal.
 fn goal(rep: &mut Reporter, case: &str, metric: &str, want: &str, met: impl Fn(f64) -> bool) {
-    let (Some(e), Some(l)) = (
-        rep.value(case, "exonet", metric),
-        rep.value(case, "linux", metric),
-    ) else {
+    let Some(linux) = rep.value(case, "linux", metric) else {
         return;
     };
-    let r = e / l;
-    rep.note(format!(
-        "goal {case} {metric}: exonet/linux = {} (want {want}): {}",
-        ratio(r),
-        if met(r) { "met" } else { "not met" }
-    ));
+    for system in ["exonet", "exonet-inproc"] {
+        if let Some(v) = rep.value(case, system, metric) {
+            let r = v / linux;
+            rep.note(format!(
+                "goal {case} {metric}: {system}/linux = {} (want {want}): {}",
+                ratio(r),
+                if met(r) { "met" } else { "not met" }
+            ));
+        }
+    }
 }
 
 /// One JSON line per metric of a measurement; one for all if skipped.
