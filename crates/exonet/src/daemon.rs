@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::{afxdp, memwire, tap::Tap, Link};
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig, StopHandle};
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig};
 use exonet_shm::control::{default_socket_path, SeqListener, SeqPacket};
 
 #[derive(Debug, Args)]
@@ -90,7 +90,8 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     };
     let mut daemon = Daemon::bind(mux, config)
         .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
-    wait_for_signal(signals, daemon.stop_handle());
+    let stop = daemon.stop_handle();
+    on_stop_signal(signals, move || stop.stop());
     eprintln!(
         "exonet daemon: link {} (MAC {}, frames up to {mtu} bytes), addresses {}, control socket {}",
         args.link,
@@ -112,7 +113,11 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
 
 /// The link `spec` names (see [`DaemonArgs::link`]), for a host with
 /// `addrs` whose control socket is `socket`.
-pub fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Link>, String> {
+pub(crate) fn open_link(
+    spec: &str,
+    addrs: &[Ipv4Addr],
+    socket: &Path,
+) -> Result<Box<dyn Link>, String> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let need = |what: &str| {
         if rest.is_empty() {
@@ -212,7 +217,7 @@ fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
     Ok(Box::new(end))
 }
 
-fn block_stop_signals() -> io::Result<libc::sigset_t> {
+pub(crate) fn block_stop_signals() -> io::Result<libc::sigset_t> {
     // SAFETY: the set is initialised by sigemptyset before use; the calls
     // take pointers to live locals only.
     unsafe {
@@ -228,13 +233,14 @@ fn block_stop_signals() -> io::Result<libc::sigset_t> {
     }
 }
 
-/// A thread that waits for SIGINT or SIGTERM and stops the daemon.
-fn wait_for_signal(set: libc::sigset_t, stop: StopHandle) {
+/// A thread that waits for SIGINT or SIGTERM (blocked in every thread by
+/// [`block_stop_signals`]) and then runs `f`.
+pub(crate) fn on_stop_signal(set: libc::sigset_t, f: impl FnOnce() + Send + 'static) {
     std::thread::spawn(move || {
         let mut sig = 0;
         // SAFETY: `set` is a valid signal set; `sig` is a live local.
         unsafe { libc::sigwait(&set, &mut sig) };
-        stop.stop();
+        f();
     });
 }
 

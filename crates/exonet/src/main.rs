@@ -23,8 +23,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The tour: classify a realistic traffic mix for a host's applications
-    /// with DPF (needs no privileges).
+    /// The tour: DPF on a realistic traffic mix, then two hosts on an
+    /// in-memory cable with applications on sockets (needs no privileges;
+    /// `--veth`, against Linux, needs root).
     Demo(demo::DemoArgs),
     /// Compile a filter (tcpdump or DPF syntax); explain it or run it over a
     /// capture file.
