@@ -111,6 +111,8 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     r
 }
 
+/// The link `spec` names (see [`DaemonArgs::link`]), for a host with
+/// `addrs` whose control socket is `socket`.
 pub(crate) fn open_link(
     spec: &str,
     addrs: &[Ipv4Addr],

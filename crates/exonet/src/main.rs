@@ -42,7 +42,7 @@ enum Command {
     /// The other process of a two-process benchmark, started by `exonet
     /// bench`.
     #[command(hide = true)]
-    BenchChild(bench::endpoint::ChildArgs),
+    BenchChild(bench::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +54,6 @@ fn main() -> ExitCode {
         Command::Daemon(args) => daemon::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
         Command::RawEcho(args) => raw_echo::run(&args),
-        Command::BenchChild(args) => bench::endpoint::child(&args),
+        Command::BenchChild(args) => bench::child(&args),
     }
 }

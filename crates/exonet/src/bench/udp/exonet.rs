@@ -1,0 +1,110 @@
+//! `exonet`'s side of a `udp` measurement: an exonet UDP socket, blocking,
+//! sleeping at once while it waits (the library's default) or spinning for
+//! [`BUSY_POLL`] first. Its endpoint is served by the daemon at a control
+//! socket, or by a multiplexer in this process on a link of its own
+//! (`exonet-inproc`), which the socket's calls drive.
+
+use std::io::ErrorKind;
+use std::net::SocketAddrV4;
+use std::path::Path;
+use std::time::Duration;
+
+use exonet_mux::{InProcess, Mux, MuxConfig};
+use exonet_stack::{Stack, StackConfig, UdpSocket};
+
+use super::node::Datagrams;
+use super::rig;
+use crate::bench::endpoint::error;
+use crate::bench::endpoint::peer::PATIENCE;
+use crate::bench::report::Fail;
+
+/// How long a busy socket spins before it sleeps: longer than a round
+/// trip, so that a ping-pong on an idle machine never sleeps (the part
+/// Linux's `SO_BUSY_POLL` plays).
+const BUSY_POLL: Duration = Duration::from_micros(200);
+
+/// Who serves the socket's endpoint.
+#[derive(Clone, Copy)]
+pub enum Serve<'a> {
+    /// The daemon at this control socket.
+    Daemon(&'a Path),
+    /// A multiplexer of our own on this link (as `exonet daemon --link`).
+    Link(&'a str),
+}
+
+pub struct ExonetSocket {
+    sock: UdpSocket,
+}
+
+impl ExonetSocket {
+    pub fn open(
+        serve: Serve,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        busy: bool,
+    ) -> Result<ExonetSocket, Fail> {
+        let config = StackConfig {
+            busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
+            ..StackConfig::default()
+        };
+        let stack = match serve {
+            Serve::Daemon(path) => Stack::open_with(path, &config)
+                .map_err(error(&format!("exonet stack at {}", path.display())))?,
+            Serve::Link(spec) => {
+                let ip = *local.ip();
+                // No control socket: only a memwire's rendezvous would use it.
+                let link = rig::while_busy(|| {
+                    crate::daemon::open_link(spec, &[ip], Path::new("")).map_err(Fail::Error)
+                })?;
+                let mux = Mux::new(link, vec![ip], MuxConfig::default());
+                Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), &config)
+                    .map_err(error("exonet stack in process"))?
+            }
+        };
+        let sock = UdpSocket::bind(&stack, local).map_err(error("bind"))?;
+        sock.connect(remote).map_err(error("connect"))?;
+        // A send that cannot get a buffer fails, as a lost wake-up would
+        // otherwise hang it.
+        sock.set_write_timeout(Some(PATIENCE))
+            .map_err(error("write timeout"))?;
+        Ok(ExonetSocket { sock })
+    }
+}
+
+/// Not an error here: the timeout passed, or the ICMP "port unreachable"
+/// of a datagram sent before the other side was up.
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::WouldBlock | ErrorKind::ConnectionRefused
+    )
+}
+
+impl Datagrams for ExonetSocket {
+    fn send(&mut self, buf: &[u8]) -> Result<(), Fail> {
+        // A refusal is reported once, by the call after the ICMP error came;
+        // the datagram itself was not sent.
+        for _ in 0..2 {
+            match self.sock.send(buf) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(error("send")(e)),
+            }
+        }
+        Err(Fail::Error("send: refused twice".into()))
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Fail> {
+        match self.sock.recv(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if transient(&e) => Ok(None),
+            Err(e) => Err(error("recv")(e)),
+        }
+    }
+
+    fn set_timeout(&mut self, limit: Duration) -> Result<(), Fail> {
+        self.sock
+            .set_read_timeout(Some(limit))
+            .map_err(error("read timeout"))
+    }
+}
