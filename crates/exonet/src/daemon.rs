@@ -187,20 +187,41 @@ pub(crate) fn open_link(
 /// the cable offered there, or creates one and offers its far end to the
 /// next daemon that comes.
 fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
-    if let Ok(s) = SeqPacket::connect(rendezvous) {
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut buf = [0u8; 16];
-        let (_, fds) = s.recv(&mut buf)?;
-        let fds: [OwnedFd; 3] = fds.try_into().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the rendezvous did not send a cable",
-            )
-        })?;
-        return Ok(Box::new(memwire::FarEnd::from_fds(fds).open()?));
+    // Two ends started together may both find no cable and both try to offer
+    // one: the one that loses the bind joins the winner's (bounded).
+    for _ in 0..100 {
+        if let Ok(s) = SeqPacket::connect(rendezvous) {
+            return join_cable(&s);
+        }
+        match SeqListener::bind(rendezvous) {
+            Ok(listener) => return offer_cable(listener, rendezvous),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
     }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "the rendezvous is taken but offers no cable",
+    ))
+}
+
+fn join_cable(s: &SeqPacket) -> io::Result<Box<dyn Link>> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = [0u8; 16];
+    let (_, fds) = s.recv(&mut buf)?;
+    let fds: [OwnedFd; 3] = fds.try_into().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the rendezvous did not send a cable",
+        )
+    })?;
+    Ok(Box::new(memwire::FarEnd::from_fds(fds).open()?))
+}
+
+fn offer_cable(listener: SeqListener, rendezvous: &Path) -> io::Result<Box<dyn Link>> {
     let (end, far) = memwire::cable(memwire::Config::default())?;
-    let listener = SeqListener::bind(rendezvous)?;
     let path = rendezvous.to_path_buf();
     std::thread::Builder::new()
         .name("exonet-memwire".into())

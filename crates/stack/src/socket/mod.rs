@@ -254,11 +254,13 @@ impl Shared {
                 // the cap covers its leaving without data for us.
                 let cap = Duration::from_millis(10);
                 let d = timeout.map_or(cap, |x| x.min(cap));
+                g.followers += 1;
                 g = self
                     .woken
                     .wait_timeout(g, d)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                g.followers -= 1;
                 continue;
             }
             g.sleeping = true;
@@ -275,7 +277,9 @@ impl Shared {
             };
             g = self.lock();
             g.sleeping = false;
-            self.woken.notify_all();
+            if g.followers > 0 {
+                self.woken.notify_all();
+            }
             slept?;
         }
     }

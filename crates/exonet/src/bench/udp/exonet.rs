@@ -5,14 +5,14 @@
 //! (`exonet-inproc`), which the socket's calls drive.
 
 use std::io::ErrorKind;
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
 
 use exonet_mux::{InProcess, Mux, MuxConfig};
 use exonet_stack::{Stack, StackConfig, UdpSocket};
 
-use super::node::Datagrams;
+use super::node::{Datagrams, BATCH, MAX_DATAGRAM};
 use super::rig;
 use crate::bench::endpoint::error;
 use crate::bench::endpoint::peer::PATIENCE;
@@ -34,6 +34,8 @@ pub enum Serve<'a> {
 
 pub struct ExonetSocket {
     sock: UdpSocket,
+    /// recv_many's buffers.
+    bufs: Vec<[u8; MAX_DATAGRAM]>,
 }
 
 impl ExonetSocket {
@@ -67,7 +69,10 @@ impl ExonetSocket {
         // otherwise hang it.
         sock.set_write_timeout(Some(PATIENCE))
             .map_err(error("write timeout"))?;
-        Ok(ExonetSocket { sock })
+        Ok(ExonetSocket {
+            sock,
+            bufs: vec![[0; MAX_DATAGRAM]; BATCH],
+        })
     }
 }
 
@@ -99,6 +104,31 @@ impl Datagrams for ExonetSocket {
             Ok(n) => Ok(Some(n)),
             Err(e) if transient(&e) => Ok(None),
             Err(e) => Err(error("recv")(e)),
+        }
+    }
+
+    /// `send_many`, the counterpart of Linux's `sendmmsg`.
+    fn send_batch(&mut self, buf: &[u8], n: usize) -> Result<(), Fail> {
+        let bufs = vec![buf; n];
+        let mut done = 0;
+        while done < n {
+            match self.sock.send_many(&bufs[done..]) {
+                Ok(k) => done += k,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(error("send_many")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `recv_many`, the counterpart of Linux's `recvmmsg`.
+    fn recv_batch(&mut self, _buf: &mut [u8]) -> Result<(usize, usize), Fail> {
+        let mut bufs: Vec<&mut [u8]> = self.bufs.iter_mut().map(|b| &mut b[..]).collect();
+        let mut meta = [(0, SocketAddr::from(([0, 0, 0, 0], 0))); BATCH];
+        match self.sock.recv_many(&mut bufs, &mut meta) {
+            Ok(k) => Ok((k, meta[..k].iter().map(|m| m.0).sum())),
+            Err(e) if transient(&e) => Ok((0, 0)),
+            Err(e) => Err(error("recv_many")(e)),
         }
     }
 

@@ -84,9 +84,10 @@ const RTT_VETH: &str = "udp-rtt-veth";
 const TPUT: [(&str, usize); 2] = [("udp-tput-veth-64", 64), ("udp-tput-veth-1472", 1472)];
 const CASES: [&str; 4] = [RTT_MEMWIRE, RTT_VETH, TPUT[0].0, TPUT[1].0];
 /// In the order of the table's columns.
-const SYSTEMS: [&str; 6] = [
+const SYSTEMS: [&str; 7] = [
     "exonet",
     "exonet-inproc",
+    "exonet-inproc-busy",
     "exonet-busy",
     "linux",
     "linux-busy",
@@ -307,13 +308,27 @@ fn memwire(plan: &Plan, scratch: &Scratch, ports: &mut Ports, rep: &mut Reporter
         )
     });
     let systems = [
+        ("exonet-inproc", Stack::ExonetInproc),
+        ("exonet-inproc-busy", Stack::ExonetInprocBusy),
         ("exonet", Stack::Exonet),
         ("exonet-busy", Stack::ExonetBusy),
         ("linux-loopback", Stack::Linux),
     ];
-    for (system, stack) in systems {
+    for (n, (system, stack)) in systems.into_iter().enumerate() {
         rep.progress(&format!("{RTT_MEMWIRE}: {system}"));
-        let r = if stack.is_exonet() {
+        // In process, each side's multiplexer opens the cable itself: a
+        // cable of their own, met at a rendezvous of its own.
+        let own = scratch.path().join(format!("inproc-{n}.sock"));
+        let own = format!("memwire:{}", own.display());
+        let r = if matches!(stack, Stack::ExonetInproc | Stack::ExonetInprocBusy) {
+            let s = sides(
+                [None, None],
+                MEMWIRE_IPS,
+                ports.next(),
+                [0, 1].map(|_| Some(Serve::Link(&own))),
+            );
+            rtt(stack, &s, plan)
+        } else if stack.is_exonet() {
             daemons.get().and_then(|d| {
                 let s = sides([None, None], MEMWIRE_IPS, ports.next(), by_daemons(d));
                 rtt(stack, &s, plan)
@@ -360,6 +375,7 @@ fn veth_systems(case: &str) -> &'static [(&'static str, Stack)] {
     if case == RTT_VETH {
         &[
             ("exonet-inproc", Stack::ExonetInproc),
+            ("exonet-inproc-busy", Stack::ExonetInprocBusy),
             ("exonet", Stack::Exonet),
             ("exonet-busy", Stack::ExonetBusy),
             ("linux", Stack::Linux),
@@ -418,7 +434,7 @@ fn veth(plan: &Plan, scratch: &Scratch, ports: &mut Ports, cases: &[&str], rep: 
                 }
             };
             let r = match stack {
-                Stack::ExonetInproc => {
+                Stack::ExonetInproc | Stack::ExonetInprocBusy => {
                     measure(exonet_ips, [0, 1].map(|i| Some(Serve::Link(&links[i]))))
                 }
                 Stack::Exonet | Stack::ExonetBusy => daemons

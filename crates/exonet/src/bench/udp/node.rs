@@ -38,7 +38,7 @@ const STOP: u32 = u32::MAX;
 /// Round trips timed at most (bounds the memory of the samples).
 const MAX_SAMPLES: usize = 1 << 22;
 /// Largest datagram received.
-const MAX_DATAGRAM: usize = 2048;
+pub const MAX_DATAGRAM: usize = 2048;
 
 /// Whose UDP socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,6 +51,8 @@ pub enum Stack {
     /// exonet's, its endpoint served by a multiplexer in this process on
     /// the link `--link`, sleeping at once while it waits.
     ExonetInproc,
+    /// The same, spinning a while before it sleeps.
+    ExonetInprocBusy,
     /// Linux's, sleeping in the kernel while it waits.
     Linux,
     /// Linux's, non-blocking and busy-polled.
@@ -61,7 +63,7 @@ impl Stack {
     pub fn is_exonet(self) -> bool {
         matches!(
             self,
-            Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc
+            Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc | Stack::ExonetInprocBusy
         )
     }
 }
@@ -129,7 +131,7 @@ pub trait Datagrams {
 pub fn node(args: &NodeArgs) -> Result<(), Fail> {
     let deadline = Instant::now() + Duration::from_millis(args.lifetime_ms);
     let mut sock: Box<dyn Datagrams> = match args.stack {
-        Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc => {
+        Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc | Stack::ExonetInprocBusy => {
             let serve = match (&args.socket, &args.link) {
                 (Some(path), None) => Serve::Daemon(path),
                 (None, Some(link)) => Serve::Link(link),
@@ -139,7 +141,7 @@ pub fn node(args: &NodeArgs) -> Result<(), Fail> {
                     ))
                 }
             };
-            let busy = args.stack == Stack::ExonetBusy;
+            let busy = matches!(args.stack, Stack::ExonetBusy | Stack::ExonetInprocBusy);
             Box::new(ExonetSocket::open(serve, args.local, args.remote, busy)?)
         }
         Stack::Linux => Box::new(Kernel::open(args, false)?),
