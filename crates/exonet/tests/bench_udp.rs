@@ -19,7 +19,13 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
     let stdout = bench(&["udp", "--quick", "--json-only"]);
     // (case, system, metric, may be skipped)
     let mut want = Vec::new();
-    for system in ["exonet", "exonet-busy", "linux-loopback"] {
+    for system in [
+        "exonet-inproc",
+        "exonet-inproc-busy",
+        "exonet",
+        "exonet-busy",
+        "linux-loopback",
+    ] {
         for metric in ["us_rtt", "us_rtt_p99"] {
             want.push(("udp-rtt-memwire", system, metric, false));
         }
@@ -27,8 +33,9 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
     // Without root they must be skipped; with root they may be (no veth
     // pairs or namespaces here).
     for system in [
-        "exonet",
         "exonet-inproc",
+        "exonet-inproc-busy",
+        "exonet",
         "exonet-busy",
         "linux",
         "linux-busy",
@@ -38,7 +45,7 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
         }
     }
     for case in ["udp-tput-veth-64", "udp-tput-veth-1472"] {
-        for system in ["exonet", "exonet-inproc", "linux"] {
+        for system in ["exonet-inproc", "exonet", "linux"] {
             for metric in ["mpps", "gbps"] {
                 want.push((case, system, metric, true));
             }
