@@ -173,6 +173,9 @@ pub(crate) struct Inner {
     pub sleeping: bool,
     /// Threads waiting for the sleeper to wake them.
     pub followers: usize,
+    /// The time of the last pump: what sends go by (a neighbour's or a path
+    /// MTU's age needs no fresher clock).
+    clock: Time,
 }
 
 /// Why a send did not happen now.
@@ -256,13 +259,19 @@ impl Inner {
             tx_stats: TxStats::default(),
             sleeping: false,
             followers: 0,
+            clock: Time::ZERO,
         };
         inner.give_back()?;
         Ok((inner, app.wake))
     }
 
     pub fn now(&self) -> Time {
-        Time(self.epoch.elapsed().as_nanos() as u64)
+        self.time_at(Instant::now())
+    }
+
+    /// The cores' time at `t`.
+    pub fn time_at(&self, t: Instant) -> Time {
+        Time(t.saturating_duration_since(self.epoch).as_nanos() as u64)
     }
 
     pub fn instant_of(&self, t: Time) -> Instant {
@@ -446,6 +455,7 @@ impl Inner {
     /// into their sockets, due timers. Problems with single frames are counted,
     /// never returned.
     pub fn pump(&mut self, now: Time) {
+        self.clock = now;
         while let Ok(Some(d)) = self.completion.pop() {
             if d.flags & Desc::REJECTED != 0 {
                 self.tx_stats.rejected += 1;
@@ -853,7 +863,7 @@ impl Inner {
         l4_len: usize,
         l4: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
-        let now = self.now();
+        let now = self.clock;
         let (src, channel, broadcast, ttl, hold) = {
             let s = self.sock(id);
             (*s.local.ip(), s.channel, s.broadcast, s.ttl, s.nonblocking)

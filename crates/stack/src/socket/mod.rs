@@ -217,12 +217,13 @@ impl Shared {
         self.drive()?;
         let mut g = self.lock();
         loop {
-            let now = g.now();
+            // One clock read per round: the cores' time is derived from it.
+            let t = Instant::now();
+            let now = g.time_at(t);
             g.pump(now);
             if let Some(r) = ready(&mut g) {
                 return r;
             }
-            let t = Instant::now();
             let until = match wait {
                 Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
                 Wait::Until(d) if t >= d => {
