@@ -243,3 +243,51 @@ fn a_20k_datagram_goes_in_fragments_and_comes_back_whole() {
     assert_eq!(sb.stats().reasm.reassembled, 1);
     assert_eq!(sb.stats().reasm_bytes, 0);
 }
+
+/// Stacks whose multiplexers run in their own process, driven by the stacks'
+/// threads (no daemon, no hand-off between threads).
+fn in_process_pair() -> (Stack, Stack) {
+    let (x, y) = memwire::pair().unwrap();
+    let host = |link: MemWire, ip: Ipv4Addr| {
+        let mux = Mux::new(Box::new(link), vec![ip], MuxConfig::default());
+        let m = exonet_mux::InProcess::new(mux, vec![(ip, 24)]);
+        Stack::over(Box::new(m), &StackConfig::default()).unwrap()
+    };
+    (host(x, A), host(y, B))
+}
+
+#[test]
+fn in_process_multiplexers_serve_the_same_sockets() {
+    let (sa, sb) = in_process_pair();
+    let server = bound(&sb, 7);
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        for _ in 0..300 {
+            let (n, from) = server.recv_from(&mut buf).unwrap();
+            server.send_to(&buf[..n], from).unwrap();
+        }
+    });
+    let c = bound(&sa, 0);
+    c.connect((B, 7)).unwrap();
+    let mut buf = [0u8; 2048];
+    for i in 0..300u32 {
+        let msg = vec![i as u8; (i as usize * 5) % 1400];
+        c.send(&msg).unwrap();
+        let n = c.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &msg[..]);
+    }
+    echo.join().unwrap();
+    // B's multiplexer answers ping only while B's stack drives it.
+    let ping = IcmpSocket::bind(&sa, 0).unwrap();
+    ping.set_read_timeout(T).unwrap();
+    let keep = bound(&sb, 0);
+    let driver = std::thread::spawn(move || {
+        keep.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let _ = keep.recv(&mut [0u8; 8]);
+    });
+    ping.send_echo(B, 1, b"in process").unwrap();
+    let e = ping.recv_echo(&mut buf).unwrap();
+    assert_eq!((e.from, e.seq, &buf[..e.len]), (B, 1, &b"in process"[..]));
+    driver.join().unwrap();
+}

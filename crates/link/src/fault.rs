@@ -276,7 +276,7 @@ impl<L: Link, C: Clock> FaultInjector<L, C> {
     }
 }
 
-impl<L: Link, C: Clock> Link for FaultInjector<L, C> {
+impl<L: Link, C: Clock + Send> Link for FaultInjector<L, C> {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
         if let Some(e) = self.deferred.take() {
             return Err(e);

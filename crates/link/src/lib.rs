@@ -153,7 +153,7 @@ pub struct LinkStats {
 ///   [`poll_timeout`](Link::poll_timeout): only then is a wake-up guaranteed for the
 ///   next frame. A caller that busy-polls never calls `prepare_sleep`, and its peer
 ///   never pays for a wake-up.
-pub trait Link {
+pub trait Link: Send {
     /// Lends up to `max` received frames to `f`, in arrival order; returns how many.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize>;
 

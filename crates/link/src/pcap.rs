@@ -78,7 +78,7 @@ fn record<W: Write>(
     }
 }
 
-impl<L: Link, W: Write, C: Clock> Link for PcapCapture<L, W, C> {
+impl<L: Link, W: Write + Send, C: Clock + Send> Link for PcapCapture<L, W, C> {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
         // One timestamp per batch: the frames arrived together.
         let ts = self.clock.now();

@@ -41,7 +41,7 @@ impl<L: Link, F: FnMut(Direction, &[u8])> Tracer<L, F> {
     }
 }
 
-impl<L: Link, F: FnMut(Direction, &[u8])> Link for Tracer<L, F> {
+impl<L: Link, F: FnMut(Direction, &[u8]) + Send> Link for Tracer<L, F> {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
         let trace = &mut self.trace;
         self.inner.recv_batch(

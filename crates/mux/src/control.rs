@@ -645,13 +645,13 @@ fn bad(why: &str) -> (ErrorCode, String) {
     (ErrorCode::BadRequest, why.to_string())
 }
 
-fn proto_of(n: u8) -> Result<Proto, (ErrorCode, String)> {
+pub(crate) fn proto_of(n: u8) -> Result<Proto, (ErrorCode, String)> {
     Proto::from_number(n).ok_or_else(|| {
         bad("the registry allocates UDP and TCP ports and ICMP echo identifiers only")
     })
 }
 
-fn refused(e: MuxError) -> (ErrorCode, String) {
+pub(crate) fn refused(e: MuxError) -> (ErrorCode, String) {
     let code = match &e {
         MuxError::NoSuchEndpoint(_) => ErrorCode::NoSuchEndpoint,
         MuxError::NoSuchChannel(_) => ErrorCode::NoSuchChannel,

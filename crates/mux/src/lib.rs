@@ -42,6 +42,7 @@ pub mod control;
 pub mod cycles;
 pub mod frag;
 pub mod host;
+mod in_process;
 pub mod registry;
 pub mod template;
 
@@ -59,6 +60,7 @@ use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
 pub use control::{Daemon, DaemonConfig, Running, StopHandle};
 pub use frag::{FragKind, FragPool, FragStats};
 pub use host::{HostConfig, HostStats, TokenBucket};
+pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
@@ -1363,3 +1365,10 @@ fn tx_turn(
     }
     turn
 }
+
+// An application may run the multiplexer in its own process, on whichever of
+// its threads drives it (exonet-stack's in-process stacks).
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Mux>();
+};

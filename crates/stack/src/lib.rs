@@ -25,8 +25,8 @@ pub mod udp;
 pub use frag::{fragment, FragError};
 pub use reasm::{DropCause, ReasmConfig, ReasmStats, Reassembler};
 pub use socket::{
-    Echo, Event, Events, IcmpSocket, Interest, Poll, Stack, StackConfig, StackStats, Token,
-    UdpSocket,
+    Echo, Event, Events, IcmpSocket, Interest, Multiplexer, Poll, Stack, StackConfig, StackStats,
+    Token, UdpSocket,
 };
 pub use time::Time;
 pub use timer::{TimerId, TimerWheel};

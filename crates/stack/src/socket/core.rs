@@ -6,12 +6,14 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use exonet_shm::control::{Client, HostInfo, PROTO_UDP};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use exonet_shm::control::{HostInfo, PROTO_UDP};
 use exonet_shm::{Consumer, Desc, Frames, Notifier, Producer, SegmentConfig, Sleeper, INLINE_MAX};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::{checksum, IcmpRepr, Ipv4Packet, Ipv4Repr};
 
-use super::StackConfig;
+use super::{Multiplexer, StackConfig};
 use crate::arp::{ArpCache, ArpStats, Lookup};
 use crate::frag::fragment;
 use crate::icmp::{Icmp, IcmpErrorKind, IcmpEvent, IcmpStats, UnreachCode};
@@ -135,7 +137,10 @@ impl Sock {
 }
 
 pub(crate) struct Inner {
-    pub client: Client,
+    /// Locked after `Inner` when both are (control requests from socket calls);
+    /// alone when a thread drives an in-process multiplexer.
+    pub mux: Arc<Mutex<Box<dyn Multiplexer>>>,
+    in_process: bool,
     pub endpoint: u32,
     pub info: HostInfo,
     free: Producer,
@@ -190,7 +195,7 @@ fn ring_error(e: impl std::fmt::Debug) -> io::Error {
 
 impl Inner {
     pub fn new(
-        mut client: Client,
+        mux: Arc<Mutex<Box<dyn Multiplexer>>>,
         info: HostInfo,
         config: &StackConfig,
     ) -> io::Result<(Inner, Sleeper)> {
@@ -201,8 +206,13 @@ impl Inner {
             frame_count: frames,
             ring_entries: [ring; 4],
         };
-        let (endpoint, app) = client.create_endpoint(&seg)?;
-        let link_mtu = (info.mtu as usize).saturating_sub(ETH_LEN);
+        let (endpoint, app, in_process) = {
+            let mut m = lock(&mux);
+            let (e, a) = m.create_endpoint(&seg)?;
+            (e, a, m.in_process())
+        };
+        // The multiplexer reports its largest frame with room for an 802.1Q tag.
+        let link_mtu = (info.mtu as usize).saturating_sub(ETH_LEN + 4);
         let mtu = config.mtu.unwrap_or(link_mtu).clamp(68, link_mtu.max(68));
         let addrs: Vec<IfAddr> = info
             .addrs
@@ -213,7 +223,8 @@ impl Inner {
         let (rx_bufs, tx_bufs) = buffers.split_at(buffers.len() / 2);
         let epoch = Instant::now();
         let mut inner = Inner {
-            client,
+            mux,
+            in_process,
             endpoint,
             info,
             free: app.free,
@@ -253,6 +264,15 @@ impl Inner {
 
     pub fn instant_of(&self, t: Time) -> Instant {
         self.epoch + Duration::from_nanos(t.0)
+    }
+
+    /// The multiplexer, for a control request. An in-process one may be asleep
+    /// holding its lock: the kick wakes it (its wake-up flag is up while it sleeps).
+    fn control(&self) -> MutexGuard<'_, Box<dyn Multiplexer>> {
+        if self.in_process {
+            let _ = self.kick.notify_if_sleeping();
+        }
+        lock(&self.mux)
     }
 
     /// How long a neighbour is tried before it is given up.
@@ -332,8 +352,8 @@ impl Inner {
             ));
         }
         let (channel, port) =
-            self.client
-                .bind_socket(self.endpoint, proto, (ip, local.port()), None)?;
+            self.control()
+                .bind_socket(self.endpoint, proto, (ip, local.port()))?;
         let sock = Sock {
             kind,
             channel,
@@ -372,7 +392,7 @@ impl Inner {
             self.release(&d.body);
         }
         // The multiplexer may be gone already; then everything is reclaimed.
-        let _ = self.client.unbind(sock.channel);
+        let _ = self.control().unbind(sock.channel);
         let _ = self.give_back();
     }
 
@@ -382,7 +402,12 @@ impl Inner {
     fn flush_tx(&mut self) {
         let give_up = Instant::now() + Duration::from_secs(1);
         while self.tx.outstanding() > 0 && Instant::now() < give_up {
-            if self.kick.notify_if_sleeping().is_err() {
+            if self.in_process {
+                if let Ok(mut m) = self.mux.try_lock() {
+                    let _ = m.drive();
+                    continue;
+                }
+            } else if self.kick.notify_if_sleeping().is_err() {
                 return;
             }
             std::thread::sleep(Duration::from_micros(50));
@@ -781,7 +806,8 @@ impl Inner {
     }
 
     fn ask(&mut self, dst: Ipv4Addr, now: Time) -> io::Result<Option<[u8; 6]>> {
-        match self.client.resolve(dst)? {
+        let mac = self.control().resolve(dst)?;
+        match mac {
             Some(mac) => {
                 for mut frame in self.arp.resolved(dst, mac, now) {
                     frame[..6].copy_from_slice(&mac);
@@ -1024,6 +1050,12 @@ impl Inner {
             },
         )
     }
+}
+
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in another thread leaves the state as consistent as any single
+    // step does (no step spans an unlock), so go on with it.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Inner {

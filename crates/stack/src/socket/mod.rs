@@ -14,6 +14,7 @@
 
 mod core;
 mod icmp;
+mod multiplexer;
 mod poll;
 mod udp;
 
@@ -32,10 +33,11 @@ use crate::reasm::ReasmConfig;
 
 pub use self::core::{SocketStats, StackStats, TxStats};
 pub use icmp::{Echo, IcmpSocket};
+pub use multiplexer::Multiplexer;
 pub use poll::{Event, Events, Interest, Poll, Token};
 pub use udp::UdpSocket;
 
-use self::core::{Inner, SendError};
+use self::core::{lock, Inner, SendError};
 
 /// How a [`Stack`] is set up.
 #[derive(Debug, Clone)]
@@ -80,8 +82,11 @@ pub(crate) struct Shared {
     /// Threads waiting while another sleeps on the doorbell.
     woken: Condvar,
     wake: Sleeper,
-    /// The control socket, polled with the doorbell to notice the multiplexer go.
-    control: RawFd,
+    /// The same multiplexer as `Inner::mux`, to drive it without `inner`'s lock.
+    mux: Arc<Mutex<Box<dyn Multiplexer>>>,
+    in_process: bool,
+    /// Polled with the doorbell to notice the multiplexer go.
+    hangup: Option<RawFd>,
     busy_poll: Duration,
 }
 
@@ -100,26 +105,30 @@ impl Stack {
     /// Connects to the multiplexer at `socket` and creates an endpoint.
     pub fn open_with(socket: &Path, config: &StackConfig) -> io::Result<Stack> {
         let client = Client::connect(socket)?;
-        Stack::over(client, config)
+        Stack::over(Box::new(client), config)
     }
 
-    /// A stack over an already connected client.
-    pub fn over(mut client: Client, config: &StackConfig) -> io::Result<Stack> {
-        let info = client.info()?;
+    /// A stack on an endpoint of `mux`: a daemon's [`Client`], or a multiplexer
+    /// in this process.
+    pub fn over(mut mux: Box<dyn Multiplexer>, config: &StackConfig) -> io::Result<Stack> {
+        let info = mux.info()?;
         if info.addrs.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 "the multiplexer's host has no IPv4 address",
             ));
         }
-        let control = client.as_fd().as_raw_fd();
-        let (inner, wake) = Inner::new(client, info, config)?;
+        let (hangup, in_process) = (mux.hangup_fd(), mux.in_process());
+        let mux = Arc::new(Mutex::new(mux));
+        let (inner, wake) = Inner::new(mux.clone(), info, config)?;
         Ok(Stack {
             shared: Arc::new(Shared {
                 inner: Mutex::new(inner),
                 woken: Condvar::new(),
                 wake,
-                control,
+                mux,
+                in_process,
+                hangup,
                 busy_poll: config.busy_poll,
             }),
         })
@@ -148,6 +157,7 @@ impl Stack {
     /// Moves the rings forward and runs due timers without waiting (an event loop
     /// that polls other things calls this, or uses [`Poll`]).
     pub fn pump(&self) -> io::Result<()> {
+        self.shared.drive()?;
         let mut g = self.shared.lock();
         let now = g.now();
         g.pump(now);
@@ -183,9 +193,18 @@ impl Wait {
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic in another thread leaves the state as consistent as any
-        // single step does (no step spans an unlock), so go on with it.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner)
+    }
+
+    /// Runs an in-process multiplexer once, unless another thread is at it.
+    fn drive(&self) -> io::Result<usize> {
+        if !self.in_process {
+            return Ok(0);
+        }
+        match self.mux.try_lock() {
+            Ok(mut m) => m.drive(),
+            Err(_) => Ok(0),
+        }
     }
 
     /// Pumps and asks `ready` until it answers, waiting as `wait` says.
@@ -195,6 +214,7 @@ impl Shared {
         mut ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let spin_until = Instant::now() + self.busy_poll;
+        self.drive()?;
         let mut g = self.lock();
         loop {
             let now = g.now();
@@ -216,7 +236,9 @@ impl Shared {
             };
             if t < spin_until {
                 drop(g);
-                std::hint::spin_loop();
+                if self.drive()? == 0 {
+                    std::hint::spin_loop();
+                }
                 g = self.lock();
                 continue;
             }
@@ -241,7 +263,16 @@ impl Shared {
             }
             g.sleeping = true;
             drop(g);
-            let slept = self.sleep(timeout);
+            let slept = if self.in_process {
+                // Nobody else moves the frames: sleep on the link and the
+                // endpoints (a send of another thread kicks), then drive.
+                let cap = Duration::from_millis(100);
+                let mut m = lock(&self.mux);
+                m.sleep(timeout.map_or(cap, |t| t.min(cap)))
+                    .and_then(|()| m.drive().map(drop))
+            } else {
+                self.sleep(timeout)
+            };
             g = self.lock();
             g.sleeping = false;
             self.woken.notify_all();
@@ -267,7 +298,7 @@ impl Shared {
             (Wait::new(s.nonblocking, s.write_timeout), g.arp_give_up())
         };
         let started = Instant::now();
-        self.wait_for(wait, |g| match send(g) {
+        let sent = self.wait_for(wait, |g| match send(g) {
             Ok(()) => Some(Ok(())),
             Err(SendError::Full) => None,
             Err(SendError::Unresolved) if started.elapsed() < give_up => None,
@@ -276,7 +307,12 @@ impl Shared {
                 format!("{dst} did not answer ARP"),
             ))),
             Err(SendError::Fatal(e)) => Some(Err(e)),
-        })
+        });
+        // In process, the frame leaves when the multiplexer next runs: now.
+        if sent.is_ok() {
+            self.drive()?;
+        }
+        sent
     }
 
     /// One sleep on the doorbell, by the endpoint's protocol: flag, re-check,
@@ -294,7 +330,7 @@ impl Shared {
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.control,
+                fd: self.hangup.unwrap_or(-1),
                 events: libc::POLLRDHUP,
                 revents: 0,
             },
@@ -303,8 +339,9 @@ impl Shared {
         let ms = timeout.map_or(-1, |t| {
             t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
         });
-        // SAFETY: two live pollfds for the call's duration; the control socket
-        // lives as long as `Inner`, which this `Shared` owns.
+        // SAFETY: two live pollfds for the call's duration (poll skips a
+        // negative fd); the hang-up descriptor belongs to the multiplexer
+        // handle, which this `Shared` keeps alive.
         #[allow(unsafe_code)]
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         self.wake.end_sleep();

@@ -1,0 +1,280 @@
+//! The protocol library against a scripted network: a multiplexer daemon in this
+//! process on one end of a memwire, the test on the other end answering ARP and
+//! sending well-formed and hostile frames to an application's sockets.
+
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use exonet_link::memwire::{self, MemWire};
+use exonet_link::Link;
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
+use exonet_stack::ipv4_rx::Ipv4Drop;
+use exonet_stack::{Stack, StackConfig, UdpSocket};
+use exonet_wire::arp::{self, ArpRepr};
+use exonet_wire::build;
+use exonet_wire::{EthernetFrame, Ipv4Packet, MacAddr};
+
+const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 9, 1);
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 9, 2);
+const PEER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 9, 2]);
+
+struct Net {
+    wire: MemWire,
+    host_mac: MacAddr,
+    _daemon: Running,
+    stack: Stack,
+}
+
+fn net(name: &str, config: StackConfig) -> Net {
+    let (a, wire) = memwire::pair().unwrap();
+    let host_mac = MacAddr(a.mac());
+    let path = std::env::temp_dir().join(format!(
+        "exonet-stackwire-{}-{name}.sock",
+        std::process::id()
+    ));
+    let daemon = Daemon::spawn(
+        move || Ok(Mux::new(Box::new(a), vec![HOST], MuxConfig::default())),
+        DaemonConfig::new(path, vec![(HOST, 24)]),
+    )
+    .unwrap();
+    let stack = Stack::open_with(daemon.socket(), &config).unwrap();
+    Net {
+        wire,
+        host_mac,
+        _daemon: daemon,
+        stack,
+    }
+}
+
+impl Net {
+    fn inject(&mut self, frames: &[Vec<u8>]) {
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        let mut sent = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sent < refs.len() {
+            sent += self.wire.send_batch(&refs[sent..]).unwrap();
+            assert!(Instant::now() < deadline, "the wire stays full");
+        }
+    }
+
+    /// The next frame the host sends, answering ARP requests on the way.
+    fn next_ip_frame(&mut self) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut got = Vec::new();
+            self.wire
+                .recv_batch(&mut |f| got.push(f.to_vec()), 1)
+                .unwrap();
+            // The held datagram goes once the stack asks again and hears back.
+            self.stack.pump().unwrap();
+            for f in got {
+                let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+                if eth.ethertype() == 0x0806 {
+                    let p = arp::ArpPacket::new_checked(&f[14..]).unwrap();
+                    let req = ArpRepr::parse(&p).unwrap();
+                    if req.oper == arp::OP_REQUEST && req.tpa == PEER {
+                        let reply = ArpRepr {
+                            oper: arp::OP_REPLY,
+                            sha: PEER_MAC,
+                            spa: PEER,
+                            tha: req.sha,
+                            tpa: req.spa,
+                        };
+                        self.inject(&[build::arp_frame(req.sha, &reply)]);
+                    }
+                    continue;
+                }
+                return f;
+            }
+            assert!(Instant::now() < deadline, "the host sent nothing");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn udp(&self, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+        build::udp_frame(PEER_MAC, self.host_mac, PEER, HOST, sport, dport, payload)
+    }
+}
+
+fn socket(n: &Net, port: u16) -> UdpSocket {
+    let s = UdpSocket::bind(&n.stack, (HOST, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+#[test]
+fn arp_goes_through_the_multiplexer_and_frames_are_well_formed() {
+    let mut n = net("arp", StackConfig::default());
+    let s = socket(&n, 4000);
+    // Non-blocking: the datagram is held while the multiplexer asks the wire (a
+    // blocking send would wait, and this thread is the one to answer).
+    s.set_nonblocking(true).unwrap();
+    s.send_to(b"first", (PEER, 9)).unwrap();
+    let f = n.next_ip_frame();
+    let d = etherparse_udp(&f);
+    assert_eq!(d, (PEER_MAC.0, 4000, 9, b"first".to_vec()));
+    // Cached now: no second question to the multiplexer.
+    s.send_to(b"second", (PEER, 9)).unwrap();
+    assert_eq!(etherparse_udp(&n.next_ip_frame()).3, b"second");
+    let arp = n.stack.stats().arp;
+    assert_eq!((arp.asks, arp.resolved), (arp.asks, 1));
+    assert!(arp.hits >= 1);
+}
+
+/// (dst MAC, ports, payload) of a UDP frame, checked by an independent parser.
+fn etherparse_udp(f: &[u8]) -> ([u8; 6], u16, u16, Vec<u8>) {
+    let p = etherparse::SlicedPacket::from_ethernet(f).unwrap();
+    let Some(etherparse::NetSlice::Ipv4(ip)) = &p.net else {
+        panic!("not IPv4")
+    };
+    let Some(etherparse::TransportSlice::Udp(u)) = &p.transport else {
+        panic!("not UDP")
+    };
+    let src = ip.header().source_addr();
+    let dst = ip.header().destination_addr();
+    let ok = u
+        .to_header()
+        .calc_checksum_ipv4_raw(src.octets(), dst.octets(), u.payload());
+    assert_eq!(ok.unwrap(), u.checksum(), "UDP checksum");
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&f[..6]);
+    (
+        mac,
+        u.source_port(),
+        u.destination_port(),
+        u.payload().to_vec(),
+    )
+}
+
+#[test]
+fn checksums_are_verified_in_the_copy() {
+    let mut n = net("cksum", StackConfig::default());
+    let s = socket(&n, 4001);
+    let mut bad = n.udp(1, 4001, &[7u8; 300]);
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    let mut bad_inline = n.udp(1, 4001, b"short");
+    bad_inline[40..42].copy_from_slice(&[0x12, 0x34]);
+    let mut none = n.udp(2, 4001, b"no checksum");
+    none[40..42].copy_from_slice(&[0, 0]);
+    let good = n.udp(3, 4001, &[9u8; 1001]);
+    n.inject(&[bad, bad_inline, none, good]);
+    let mut buf = [0u8; 2048];
+    let (len, from) = s.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..len], from), (&b"no checksum"[..], addr(2)));
+    // A short buffer still verifies the whole datagram (the rest is summed).
+    let mut small = [0u8; 333];
+    assert_eq!(s.recv_from(&mut small).unwrap(), (333, addr(3)));
+    assert_eq!(n.stack.stats().sockets.bad_checksum, 2);
+    // Odd splits: the sum of the part read and of the rest join correctly.
+    for cut in [1usize, 7, 8, 9, 1000] {
+        let payload: Vec<u8> = (0..1001u32).map(|i| (i * 13) as u8).collect();
+        let f = n.udp(4, 4001, &payload);
+        n.inject(&[f]);
+        let mut b = vec![0u8; cut];
+        assert_eq!(s.recv(&mut b).unwrap(), cut, "cut {cut}");
+        assert_eq!(&b[..], &payload[..cut]);
+    }
+    assert_eq!(n.stack.stats().sockets.bad_checksum, 2);
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from((PEER, port))
+}
+
+#[test]
+fn hostile_datagrams_are_counted_and_dropped() {
+    let mut n = net("hostile", StackConfig::default());
+    let s = socket(&n, 4002);
+    let good = n.udp(5, 4002, b"ok");
+    // UDP length beyond the IP payload, and below the header.
+    let mut long = n.udp(5, 4002, b"abcdef");
+    long[38..40].copy_from_slice(&100u16.to_be_bytes());
+    let mut short = n.udp(5, 4002, b"abcdef");
+    short[38..40].copy_from_slice(&4u16.to_be_bytes());
+    // Bad IP header checksum.
+    let mut ipsum = n.udp(5, 4002, b"abcdef");
+    ipsum[24] ^= 0xff;
+    n.inject(&[long, short, ipsum, good]);
+    let mut buf = [0u8; 64];
+    assert_eq!(s.recv(&mut buf).unwrap(), 2);
+    let st = n.stack.stats();
+    assert_eq!(st.udp.bad_length, 2, "{st:?}");
+    // The multiplexer classifies on the header and leaves the checksum to the
+    // library, which drops it.
+    assert_eq!(st.ipv4.dropped(Ipv4Drop::BadChecksum), 1, "{st:?}");
+    assert_eq!((st.udp.delivered, st.queued), (1, 0));
+}
+
+#[test]
+fn fragments_out_of_order_overlaps_and_floods() {
+    let mut n = net("frag", StackConfig::default());
+    let s = socket(&n, 4003);
+    let payload: Vec<u8> = (0..8000u32).map(|i| (i % 253) as u8).collect();
+    let mut whole = n.udp(6, 4003, &payload);
+    // build sets DF, as a host would for a datagram this size on a path it knows.
+    whole[20] &= !0x40;
+    Ipv4Packet::new_unchecked(&mut whole[14..]).fill_checksum();
+    let mut pieces = exonet_stack::fragment(&whole[14..], 1500).unwrap();
+    assert_eq!(pieces.len(), 6);
+    // Head last-but-one, the rest reversed: the multiplexer's fragment pool holds
+    // the body fragments until the head names the channel.
+    pieces.reverse();
+    pieces.swap(0, 4);
+    let frames: Vec<Vec<u8>> = pieces.iter().map(|p| eth(&n, p)).collect();
+    n.inject(&frames);
+    let mut buf = vec![0u8; 65536];
+    let (len, from) = s.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..len], from), (&payload[..], addr(6)));
+    let st = n.stack.stats();
+    assert_eq!(st.reasm.reassembled, 1);
+    assert_eq!(st.reasm_bytes, 0);
+
+    // Overlapping fragments with different data poison the datagram (RFC 5722).
+    let mut id_pieces = exonet_stack::fragment(&whole[14..], 1500).unwrap();
+    let mut evil = id_pieces[1].clone();
+    let off = u16::from_be_bytes([evil[6], evil[7]]) & 0x1fff;
+    evil[6..8].copy_from_slice(&((off - 1) | 0x2000).to_be_bytes());
+    Ipv4Packet::new_unchecked(&mut evil[..]).fill_checksum();
+    id_pieces.insert(2, evil);
+    let frames: Vec<Vec<u8>> = id_pieces.iter().map(|p| eth(&n, p)).collect();
+    n.inject(&frames);
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert_eq!(s.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    let st = n.stack.stats();
+    assert_eq!(st.reasm.overlap, 1, "{:?}", st.reasm);
+}
+
+fn eth(n: &Net, ip: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(14 + ip.len());
+    f.extend_from_slice(&n.host_mac.0);
+    f.extend_from_slice(&PEER_MAC.0);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(ip);
+    f
+}
+
+#[test]
+fn a_full_socket_drops_and_counts() {
+    let config = StackConfig {
+        socket_queue: 8,
+        ..StackConfig::default()
+    };
+    let mut n = net("full", config);
+    let s = socket(&n, 4004);
+    let frames: Vec<Vec<u8>> = (0..20u8).map(|i| n.udp(7, 4004, &[i; 200])).collect();
+    n.inject(&frames);
+    let mut buf = [0u8; 256];
+    let mut got = Vec::new();
+    s.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    while let Ok(len) = s.recv(&mut buf) {
+        got.push(buf[..len][0]);
+    }
+    let st = n.stack.stats();
+    assert_eq!(got.len() as u64 + st.sockets.queue_full, 20, "{st:?}");
+    assert!(st.sockets.queue_full >= 12);
+    assert_eq!(st.queued, 0);
+}

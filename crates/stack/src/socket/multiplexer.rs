@@ -1,0 +1,84 @@
+//! [`Multiplexer`]: what a [`Stack`](super::Stack) needs from the multiplexer
+//! that serves its endpoint. U-Net (§3) has endpoints served by the network
+//! interface and "kernel-emulated" ones behind one interface; here an endpoint
+//! is served by a daemon over its control socket ([`Client`]), or by a
+//! multiplexer in the application's own process that the stack's threads drive
+//! (exonet-mux's `InProcess`), which saves the hand-offs between threads.
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::time::Duration;
+
+use exonet_shm::control::{Client, HostInfo};
+use exonet_shm::{AppEndpoint, SegmentConfig};
+
+/// The multiplexer's services to one application.
+pub trait Multiplexer: Send {
+    /// The host's MAC, addresses and largest frame.
+    fn info(&mut self) -> io::Result<HostInfo>;
+    /// Serves a new endpoint with a segment of this shape.
+    fn create_endpoint(&mut self, config: &SegmentConfig) -> io::Result<(u32, AppEndpoint)>;
+    /// Binds a socket channel (`proto` as [`exonet_shm::control::PROTO_UDP`]) on
+    /// `endpoint`; returns the channel and the port (allocated for port 0).
+    fn bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+    ) -> io::Result<(u32, u16)>;
+    /// Removes a channel.
+    fn unbind(&mut self, channel: u32) -> io::Result<()>;
+    /// The MAC of a neighbour, or `None` while the multiplexer asks the wire.
+    fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>>;
+    /// A descriptor that hangs up when the multiplexer goes away.
+    fn hangup_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// Whether the multiplexer runs only when this process drives it.
+    fn in_process(&self) -> bool {
+        false
+    }
+    /// In process: one round of the multiplexer's work (a receive batch and a
+    /// transmit scan); returns the frames moved.
+    fn drive(&mut self) -> io::Result<usize> {
+        Ok(0)
+    }
+    /// In process: sleeps on the link and the endpoints until there is work or
+    /// `timeout` passes.
+    fn sleep(&mut self, timeout: Duration) -> io::Result<()> {
+        std::thread::sleep(timeout);
+        Ok(())
+    }
+}
+
+impl Multiplexer for Client {
+    fn info(&mut self) -> io::Result<HostInfo> {
+        Ok(Client::info(self)?)
+    }
+
+    fn create_endpoint(&mut self, config: &SegmentConfig) -> io::Result<(u32, AppEndpoint)> {
+        Ok(Client::create_endpoint(self, config)?)
+    }
+
+    fn bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+    ) -> io::Result<(u32, u16)> {
+        Ok(Client::bind_socket(self, endpoint, proto, local, None)?)
+    }
+
+    fn unbind(&mut self, channel: u32) -> io::Result<()> {
+        Ok(Client::unbind(self, channel)?)
+    }
+
+    fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
+        Ok(Client::resolve(self, ip)?)
+    }
+
+    fn hangup_fd(&self) -> Option<RawFd> {
+        Some(self.as_fd().as_raw_fd())
+    }
+}
