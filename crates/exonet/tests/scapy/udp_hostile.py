@@ -56,11 +56,11 @@ hostile += [
     eth / ip(id=0x1001, proto=17, flags="MF", frag=4) / Raw(b"X" * 16),
     eth / ip(id=0x1001, proto=17, frag=6) / Raw(body[48:]),
 ]
-# Tiny fragments: a 200-byte datagram in 8-byte pieces (more than a datagram
-# may have).
-body = udp_header(200) + b"t" * 192
-for i in range(0, 200, 8):
-    hostile.append(eth / ip(id=0x1002, proto=17, flags="MF" if i + 8 < 200 else 0, frag=i // 8) / Raw(body[i : i + 8]))
+# Tiny fragments: a 600-byte datagram in 8-byte pieces, more than a datagram
+# may have.
+body = udp_header(600) + b"t" * 592
+for i in range(0, 600, 8):
+    hostile.append(eth / ip(id=0x1002, proto=17, flags="MF" if i + 8 < 600 else 0, frag=i // 8) / Raw(body[i : i + 8]))
 # ICMP errors quoting garbage, and quoting the echo port with nonsense.
 quoted = bytes(IP(src=dst_ip, dst=src_ip, proto=17) / UDP(sport=port, dport=41001))
 hostile += [
