@@ -79,6 +79,7 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
             "tx_bad_desc",
             "tx_bad_channel",
             "tx_template_mismatch",
+            "tx_frag_no_head",
             "tx_link_error",
         ],
     ),
@@ -96,6 +97,7 @@ const CHANNEL_COLUMNS: &[(&str, &[&str])] = &[
     ("tx frames", &["tx_frames"]),
     ("tx bytes", &["tx_bytes"]),
     ("mismatch", &["tx_template_mismatch"]),
+    ("no head", &["tx_frag_no_head"]),
 ];
 
 fn tables(records: &[Record]) -> String {

@@ -278,3 +278,45 @@ fn a_full_socket_drops_and_counts() {
     assert!(st.sockets.queue_full >= 12);
     assert_eq!(st.queued, 0);
 }
+
+#[test]
+fn fragmentation_needed_lowers_the_path_mtu() {
+    let mut n = net("pmtu", StackConfig::default());
+    let s = socket(&n, 4005);
+    s.set_nonblocking(true).unwrap();
+    s.send_to(&[1u8; 1400], (PEER, 9)).unwrap();
+    let first = n.next_ip_frame();
+    assert_eq!(first.len(), 14 + 20 + 8 + 1400, "fits the link's MTU whole");
+    // A router on the way says 576 (RFC 1191), quoting the datagram.
+    let icmp = exonet_wire::IcmpRepr::DstUnreachable {
+        code: exonet_wire::icmp::unreach::FRAG_NEEDED,
+        next_hop_mtu: 576,
+        quoted: &first[14..14 + 28],
+    };
+    let ip = exonet_wire::Ipv4Repr::new(PEER, HOST, 1, icmp.buffer_len());
+    let eth = exonet_wire::EthernetRepr {
+        dst: n.host_mac,
+        src: PEER_MAC,
+        vlans: &[],
+        ethertype: 0x0800,
+    };
+    let f = build::ipv4_frame(&eth, &ip, &build::Transport::Icmp(icmp)).unwrap();
+    n.inject(&[f]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while n.stack.stats().sockets.pmtu_updates == 0 {
+        n.stack.pump().unwrap();
+        assert!(Instant::now() < deadline, "the error never arrived");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.set_nonblocking(false).unwrap();
+    s.send_to(&[2u8; 1400], (PEER, 9)).unwrap();
+    let mut total = 0;
+    while total < 1408 {
+        let f = n.next_ip_frame();
+        assert!(f.len() - 14 <= 576, "a fragment of {} bytes", f.len() - 14);
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        total += ip.payload().len();
+    }
+    assert_eq!(total, 1408);
+    assert_eq!(n.stack.stats().tx.fragmented, 1);
+}

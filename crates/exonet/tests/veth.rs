@@ -34,6 +34,11 @@ fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
     run(rig
         .linux("ping")
         .args(["-c", "3", "-i", "0.2", "-W", "2", &exo_ip]));
+    // Fragmented both ways: Linux cuts the request in three, the host
+    // reassembles it and fragments the reply.
+    run(rig
+        .linux("ping")
+        .args(["-c", "2", "-i", "0.2", "-W", "2", "-s", "4000", &exo_ip]));
     run(rig
         .linux("arping")
         .args(["-c", "2", "-w", "5", "-I", &rig.vl, &exo_ip]));
@@ -47,7 +52,9 @@ fn serve_linux_peers(link: &str, suffix: &str, subnet: u8) {
         String::from_utf8_lossy(&out.stdout)
     );
 
-    assert!(stat(&sock, "host", "echo_replies") >= 3);
+    assert!(stat(&sock, "host", "echo_replies") >= 5);
+    assert!(stat(&sock, "host", "echo_reassembled") >= 2);
+    assert_eq!(stat(&sock, "host", "echo_frag_bytes_held"), 0);
     assert!(stat(&sock, "host", "arp_replies_sent") >= 2);
     assert!(stat(&sock, "endpoint", "tx_frames") >= 31);
     // The daemon survived all of it.

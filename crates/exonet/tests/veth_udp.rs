@@ -1,7 +1,7 @@
 //! The socket tools against real Linux peers over veth (root only;
 //! "skipped: needs root" otherwise), on the rig of tests/veth.rs: Linux
-//! `ping` (also fragmented), `nc -u` and `socat` to `exonet udp-echo`;
-//! `exonet ping` to Linux; an 8000-byte datagram from scapy in fragments out
+//! `ping`, `nc -u` and `socat` to `exonet udp-echo`; `exonet ping` to Linux
+//! (also fragmented); an 8000-byte datagram from scapy in fragments out
 //! of order; hostile input, after which the host still answers, the drops
 //! are counted and the library holds no memory.
 
@@ -26,11 +26,11 @@ fn echo_on(rig: &mut Rig) -> std::io::BufReader<std::process::ChildStdout> {
 }
 
 /// Linux's `ping` to the daemon, `nc -u` and `socat` to the echo server.
-fn linux_tools_answered(rig: &Rig, ping_size: &str) {
+fn linux_tools_answered(rig: &Rig) {
     let exo = &rig.exo_ip;
     let out = run(rig
         .linux("ping")
-        .args(["-c", "3", "-i", "0.2", "-W", "2", "-s", ping_size, exo]));
+        .args(["-c", "3", "-i", "0.2", "-W", "2", exo]));
     assert!(
         text(&out.stdout).contains("3 received"),
         "{}",
@@ -60,9 +60,8 @@ fn stop_echo(rig: &mut Rig, out: &mut std::io::BufReader<std::process::ChildStdo
 fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
     let mut rig = Rig::new(link, suffix, subnet);
     let mut out = echo_on(&mut rig);
-    linux_tools_answered(&rig, "56");
-    // Fragmented echo requests, answered in fragments.
-    linux_tools_answered(&rig, "4000");
+    // (tests/veth.rs has Linux's fragmented pings.)
+    linux_tools_answered(&rig);
 
     // exonet ping to Linux, small and fragmented both ways.
     for size in ["56", "4000"] {
@@ -95,13 +94,13 @@ fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
     );
 
     let last = stop_echo(&mut rig, &mut out);
-    for (k, at_least) in [("answered", 7), ("reassembled", 4)] {
+    for (k, at_least) in [("answered", 3), ("reassembled", 1)] {
         assert!(json_u64(&last, k).unwrap() >= at_least, "{k}: {last}");
     }
     for k in ["bad_checksum", "reasm_bytes", "queued"] {
         assert_eq!(json_u64(&last, k), Some(0), "{k}: {last}");
     }
-    assert!(stat(&rig.sock, "host", "echo_replies") >= 6);
+    assert!(stat(&rig.sock, "host", "echo_replies") >= 3);
     assert!(rig.daemon_alive());
 }
 
@@ -145,7 +144,7 @@ fn hostile_udp_input_is_counted_and_forgotten() {
         text(&py.stdout)
     );
     // Still a host: ping and echo answered.
-    linux_tools_answered(&rig, "56");
+    linux_tools_answered(&rig);
 
     // The unfinished datagrams are given up after the reassembly timeout.
     let echo = rig.procs.last().unwrap();

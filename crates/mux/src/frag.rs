@@ -5,7 +5,9 @@
 //! so only it can be classified. A head a channel accepted opens an
 //! association keyed on (source, destination, protocol, identification)
 //! that sends the datagram's body fragments to that channel; a head no
-//! channel accepted opens one that drops them at once. A body fragment is
+//! channel accepted opens one that drops them at once, except the head of
+//! an ICMP echo request to the host, whose datagram goes to the host's
+//! reassembly ([`crate::host`]) to be answered. A body fragment is
 //! never classified by the filters: it goes where its head went, or
 //! nowhere. So an application receives another's fragments only if a
 //! sender reuses an identification towards both within the association's
@@ -45,7 +47,17 @@ const MAX_RANGES: usize = 16;
 /// Most data bytes an IPv4 datagram can carry.
 const MAX_DATA: u32 = 65_535 - MIN_HEADER_LEN as u32;
 /// Longest timeout honoured: far beyond any use, and safe to add to the clock.
-const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(86_400);
+
+/// Where a datagram's fragments go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum To {
+    Channel(ChannelId),
+    /// The host's reassembly of echo requests.
+    Host,
+    /// Dropped.
+    Nobody,
+}
 
 /// What a frame is, as far as the pool is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,7 +86,8 @@ pub fn kind(frame: &[u8]) -> FragKind {
 }
 
 /// What the pool did. Every fragment is counted once: in `heads`,
-/// `unmatched_heads`, `bad`, `bodies_forwarded` or one of the drops — or
+/// `unmatched_heads`, `host_heads`, `bad`, `bodies_forwarded` or one of the
+/// drops — or
 /// is still waiting (`held_frames`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FragStats {
@@ -83,8 +96,11 @@ pub struct FragStats {
     /// Head fragments no channel accepted; each opened an association that
     /// drops the datagram's body fragments (room permitting).
     pub unmatched_heads: u64,
-    /// Body fragments delivered to their head's channel, at once or after
-    /// waiting.
+    /// Head fragments of echo requests to the host; each opened an
+    /// association that sends the datagram's body fragments to the host.
+    pub host_heads: u64,
+    /// Body fragments delivered to their head's channel or to the host, at
+    /// once or after waiting.
     pub bodies_forwarded: u64,
     /// Body fragments that had to wait for their head.
     pub held: u64,
@@ -97,7 +113,8 @@ pub struct FragStats {
     /// Body fragments dropped: their datagram had the most fragments
     /// allowed waiting already.
     pub dropped_too_many: u64,
-    /// Body fragments dropped: their head matched no channel.
+    /// Body fragments dropped: their head matched no channel (nor was for
+    /// the host).
     pub dropped_unmatched_head: u64,
     /// Fragments with an impossible header (not IPv4, lengths, checksum,
     /// empty, past 64 KiB, not a multiple of 8 bytes but the last, or the
@@ -126,6 +143,7 @@ impl FragStats {
         vec![
             ("heads", self.heads),
             ("unmatched_heads", self.unmatched_heads),
+            ("host_heads", self.host_heads),
             ("bodies_forwarded", self.bodies_forwarded),
             ("held", self.held),
             ("orphans_timed_out", self.orphans_timed_out),
@@ -228,11 +246,8 @@ impl Cover {
 enum State {
     /// Body fragments waiting for their head, in order of arrival.
     Waiting(Vec<(Span, Box<[u8]>)>),
-    /// The head came: body fragments go to `channel` (`None`: dropped).
-    Open {
-        channel: Option<ChannelId>,
-        cover: Cover,
-    },
+    /// The head came: body fragments go `to` there.
+    Open { to: To, cover: Cover },
 }
 
 struct Entry {
@@ -292,18 +307,13 @@ impl FragPool {
         self.held_bytes
     }
 
-    /// A head fragment, accepted by `channel` or by none (`None`). Opens
+    /// A head fragment, going `to` a channel, the host or nowhere. Opens
     /// its datagram's association, replacing any older one (the sender
     /// reused the identification), and returns the body fragments that
-    /// waited for it, to be delivered after it in this order; if no channel
-    /// accepted the head they are dropped instead. A head with an
+    /// waited for it, to go the same way after it in this order; if the
+    /// head goes nowhere they are dropped instead. A head with an
     /// impossible header opens nothing.
-    pub fn head(
-        &mut self,
-        frame: &[u8],
-        channel: Option<ChannelId>,
-        now: Instant,
-    ) -> Vec<Box<[u8]>> {
+    pub fn head(&mut self, frame: &[u8], to: To, now: Instant) -> Vec<Box<[u8]>> {
         let Some((key, span)) = parse(frame) else {
             self.stats.bad += 1;
             return Vec::new();
@@ -313,15 +323,14 @@ impl FragPool {
             _ => Vec::new(),
         };
         let n = waited.len() as u64;
-        match channel {
-            Some(_) => {
-                self.stats.heads += 1;
-                self.stats.bodies_forwarded += n;
-            }
-            None => {
-                self.stats.unmatched_heads += 1;
-                self.stats.dropped_unmatched_head += n;
-            }
+        match to {
+            To::Channel(_) => self.stats.heads += 1,
+            To::Host => self.stats.host_heads += 1,
+            To::Nobody => self.stats.unmatched_heads += 1,
+        }
+        match to {
+            To::Nobody => self.stats.dropped_unmatched_head += n,
+            _ => self.stats.bodies_forwarded += n,
         }
         let mut cover = Cover::default();
         cover.add(span);
@@ -330,48 +339,50 @@ impl FragPool {
         }
         if cover.complete() {
             self.stats.completed += 1;
-        } else if channel.is_some() || self.entries.len() < self.max_datagrams {
+        } else if matches!(to, To::Channel(_)) || self.entries.len() < self.max_datagrams {
             // A refused head evicts nothing: its association only saves
-            // holding body fragments that would be dropped anyway.
+            // holding body fragments that would be dropped anyway. Nor does
+            // a ping's: anyone may send those, and a flood of them must not
+            // cost applications their datagrams.
             if self.entries.len() >= self.max_datagrams {
                 self.evict_oldest();
             }
-            self.insert(key, State::Open { channel, cover }, now);
+            self.insert(key, State::Open { to, cover }, now);
         }
-        match channel {
-            Some(_) => waited.into_iter().map(|(_, f)| f).collect(),
-            None => Vec::new(),
+        match to {
+            To::Nobody => Vec::new(),
+            _ => waited.into_iter().map(|(_, f)| f).collect(),
         }
     }
 
-    /// A body fragment: the channel to deliver it to now, or `None` if it
-    /// waits for its head or was dropped (counted either way).
-    pub fn body(&mut self, frame: &[u8], now: Instant) -> Option<ChannelId> {
+    /// A body fragment: where it goes now, or [`To::Nobody`] if it waits
+    /// for its head or was dropped (counted either way).
+    pub fn body(&mut self, frame: &[u8], now: Instant) -> To {
         let Some((key, span)) = parse(frame) else {
             self.stats.bad += 1;
-            return None;
+            return To::Nobody;
         };
         let cost = frame.len() + HOLD_COST;
         let fits = self.held_bytes + cost <= self.max_bytes;
         let room = self.entries.len() < self.max_datagrams;
         match self.entries.get_mut(&key).map(|e| &mut e.state) {
-            Some(State::Open { channel, cover }) => {
-                let channel = *channel;
+            Some(State::Open { to, cover }) => {
+                let to = *to;
                 cover.add(span);
                 let done = cover.complete();
-                match channel {
-                    Some(_) => self.stats.bodies_forwarded += 1,
-                    None => self.stats.dropped_unmatched_head += 1,
+                match to {
+                    To::Nobody => self.stats.dropped_unmatched_head += 1,
+                    _ => self.stats.bodies_forwarded += 1,
                 }
                 if done {
                     self.take(key);
                     self.stats.completed += 1;
                 }
-                return channel;
+                return to;
             }
             Some(State::Waiting(w)) if w.len() >= self.max_per_datagram => {
                 self.stats.dropped_too_many += 1;
-                return None;
+                return To::Nobody;
             }
             Some(State::Waiting(w)) if fits => w.push((span, frame.into())),
             None if fits && room && self.max_per_datagram > 0 => {
@@ -379,17 +390,17 @@ impl FragPool {
             }
             None if self.max_per_datagram == 0 => {
                 self.stats.dropped_too_many += 1;
-                return None;
+                return To::Nobody;
             }
             _ => {
                 self.stats.dropped_no_memory += 1;
-                return None;
+                return To::Nobody;
             }
         }
         self.held_bytes += cost;
         self.held_frames += 1;
         self.stats.held += 1;
-        None
+        To::Nobody
     }
 
     /// Drops what is past its deadline: associations, and fragments whose
@@ -414,9 +425,9 @@ impl FragPool {
     /// A channel went away: its associations drop what comes next.
     pub fn forget_channel(&mut self, ch: ChannelId) {
         for e in self.entries.values_mut() {
-            if let State::Open { channel, .. } = &mut e.state {
-                if *channel == Some(ch) {
-                    *channel = None;
+            if let State::Open { to, .. } = &mut e.state {
+                if *to == To::Channel(ch) {
+                    *to = To::Nobody;
                 }
             }
         }

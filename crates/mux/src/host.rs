@@ -2,12 +2,21 @@
 //! host's addresses, keeping the ARP cache, answering pings, and refusing
 //! what no channel accepts (TCP RST, ICMP port unreachable), the refusals
 //! rate-limited by a token bucket.
+//!
+//! A fragmented echo request (`ping -s 4000`) is reassembled here, within
+//! small bounds of its own (bytes, datagrams, time; an overlap drops the
+//! datagram, RFC 5722), and answered by a reply fragmented to the link's
+//! MTU (RFC 791) under an identification from the host-wide counter the
+//! applications' fragments use too (the `ident` module). The fragment pool
+//! steers the request's fragments here ([`crate::frag::To::Host`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use crate::ident::Idents;
 use crate::Proto;
+use exonet_stack::{ReasmConfig, Reassembler, Time};
 use exonet_wire::build::{self, Transport};
 use exonet_wire::ethernet::ethertype;
 use exonet_wire::icmp::{msg_type, unreach};
@@ -39,6 +48,12 @@ pub struct HostConfig {
     pub arp_entries: usize,
     /// Most host frames waiting for the link.
     pub queue: usize,
+    /// Most bytes of fragmented echo requests held for reassembly.
+    pub echo_reasm_bytes: usize,
+    /// Most fragmented echo requests reassembled at once.
+    pub echo_reasm_datagrams: usize,
+    /// How long a fragmented echo request may take to arrive whole.
+    pub echo_reasm_timeout: Duration,
 }
 
 impl Default for HostConfig {
@@ -53,6 +68,10 @@ impl Default for HostConfig {
             arp_retry: Duration::from_secs(1),
             arp_entries: 1024,
             queue: 256,
+            // A ping of the largest size fits; a flood holds little, briefly.
+            echo_reasm_bytes: 64 * 1024,
+            echo_reasm_datagrams: 16,
+            echo_reasm_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -76,8 +95,28 @@ pub struct HostStats {
     pub rate_limited: u64,
     /// Frames no channel accepted and the host did not answer.
     pub unmatched_dropped: u64,
-    /// Host frames dropped because the queue to the link was full.
+    /// Host frames dropped because the queue to the link was full (a
+    /// fragmented reply counts once, and is dropped whole).
     pub queue_dropped: u64,
+    /// Fragments of echo requests to the host given to the reassembly,
+    /// whatever became of them.
+    pub echo_frags: u64,
+    /// Fragmented echo requests reassembled (then answered, if valid).
+    pub echo_reassembled: u64,
+    /// Fragmented echo requests given up incomplete after the timeout.
+    pub echo_frag_timed_out: u64,
+    /// Echo request fragments dropped for overlapping another, or for
+    /// belonging to a datagram dropped so (RFC 5722).
+    pub echo_frag_overlap: u64,
+    /// Echo request fragments dropped at a bound: bytes held, datagrams,
+    /// or fragments of one datagram.
+    pub echo_frag_no_room: u64,
+    /// Echo request fragments dropped as invalid: a bad header, empty, past
+    /// 64 KiB, unaligned, a length conflicting with the last fragment's, or
+    /// an exact duplicate.
+    pub echo_frag_invalid: u64,
+    /// Now: bytes of echo request fragments held for reassembly.
+    pub echo_frag_bytes_held: u64,
     /// Cycles ([`crate::cycles`]) spent on frames no channel accepted.
     pub cycles: u64,
 }
@@ -97,6 +136,13 @@ impl HostStats {
             ("rate_limited", self.rate_limited),
             ("unmatched_dropped", self.unmatched_dropped),
             ("queue_dropped", self.queue_dropped),
+            ("echo_frags", self.echo_frags),
+            ("echo_reassembled", self.echo_reassembled),
+            ("echo_frag_timed_out", self.echo_frag_timed_out),
+            ("echo_frag_overlap", self.echo_frag_overlap),
+            ("echo_frag_no_room", self.echo_frag_no_room),
+            ("echo_frag_invalid", self.echo_frag_invalid),
+            ("echo_frag_bytes_held", self.echo_frag_bytes_held),
             ("cycles", self.cycles),
         ]
     }
@@ -149,12 +195,36 @@ pub(crate) struct Host {
     asked: HashMap<Ipv4Addr, Instant>,
     bucket: TokenBucket,
     pub out: VecDeque<Vec<u8>>,
+    /// The counters kept here; [`Host::stats`] adds the reassembly's.
     pub stats: HostStats,
+    /// The link's MTU, to fragment replies to.
+    mtu: usize,
+    reasm: Reassembler,
+    /// The reassembler's clock counts from here.
+    epoch: Instant,
+    /// Identifications of fragmented datagrams, for the applications' and
+    /// the host's alike.
+    pub idents: Idents,
 }
 
 impl Host {
-    pub fn new(config: HostConfig, mac: [u8; 6], addrs: Vec<Ipv4Addr>, now: Instant) -> Host {
+    pub fn new(
+        config: HostConfig,
+        mac: [u8; 6],
+        addrs: Vec<Ipv4Addr>,
+        mtu: usize,
+        now: Instant,
+    ) -> Host {
+        let reasm = Reassembler::new(ReasmConfig {
+            max_bytes: config.echo_reasm_bytes,
+            max_datagrams: config.echo_reasm_datagrams,
+            timeout: config.echo_reasm_timeout,
+            ..ReasmConfig::default()
+        });
         Host {
+            mtu,
+            reasm,
+            epoch: now,
             config,
             mac: MacAddr(mac),
             addrs,
@@ -163,6 +233,86 @@ impl Host {
             bucket: TokenBucket::new(config.refusal_rate, config.refusal_burst, now),
             out: VecDeque::new(),
             stats: HostStats::default(),
+            idents: Idents::new(),
+        }
+    }
+
+    /// Every counter, the reassembly's included.
+    pub fn stats(&self) -> HostStats {
+        let r = self.reasm.stats();
+        HostStats {
+            echo_frags: r.fragments,
+            echo_reassembled: r.reassembled,
+            echo_frag_timed_out: r.timed_out,
+            echo_frag_overlap: r.overlap + r.poisoned,
+            echo_frag_no_room: r.no_memory + r.too_many_datagrams + r.too_many_fragments,
+            echo_frag_invalid: self.stats.echo_frag_invalid
+                + r.empty
+                + r.too_long
+                + r.unaligned
+                + r.length_conflict
+                + r.duplicate,
+            echo_frag_bytes_held: self.reasm.bytes_held() as u64,
+            ..self.stats
+        }
+    }
+
+    fn time(&self, now: Instant) -> Time {
+        let since = now.saturating_duration_since(self.epoch);
+        Time(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Whether echo requests are being reassembled (so the clock matters).
+    pub fn reassembling(&self) -> bool {
+        self.reasm.datagrams_held() > 0
+    }
+
+    /// Gives up the echo requests whose reassembly timed out.
+    pub fn expire(&mut self, now: Instant) {
+        let t = self.time(now);
+        self.reasm.poll(t);
+    }
+
+    /// Whether a head fragment no channel accepted is an echo request for
+    /// the host to reassemble (looking at the bytes only; the reassembly
+    /// checks the header).
+    pub fn takes_fragment(&self, frame: &[u8]) -> bool {
+        let Some(h) = frame.get(..34) else {
+            return false;
+        };
+        let ihl = (h[14] & 0x0f) as usize * 4;
+        let dst = Ipv4Addr::new(h[30], h[31], h[32], h[33]);
+        self.config.echo
+            && h[12..14] == [0x08, 0x00]
+            && ihl >= 20
+            && h[23] == protocol::ICMP
+            && self.ours(dst)
+            && frame.get(14 + ihl) == Some(&msg_type::ECHO_REQUEST)
+    }
+
+    /// A fragment of an echo request to us (a head [`Host::takes_fragment`]
+    /// accepted, or a body fragment the pool steered after it): held for
+    /// reassembly, and the request answered once whole.
+    pub fn on_echo_fragment(&mut self, frame: &[u8], now: Instant) {
+        let eth = EthernetFrame::new_checked(frame).ok();
+        let peer_mac = eth.as_ref().map(|e| e.src_addr());
+        let ip = frame
+            .get(14..)
+            .filter(|_| eth.is_some_and(|e| e.ethertype() == ethertype::IPV4))
+            .and_then(|p| Ipv4Packet::new_checked(p).ok())
+            .filter(|ip| ip.verify_checksum());
+        let (Some(peer_mac), Some(ip)) = (peer_mac, ip) else {
+            self.stats.echo_frag_invalid += 1;
+            return;
+        };
+        let t = self.time(now);
+        // Held, or dropped and counted by the reassembler, unless whole.
+        if let Ok(Some(datagram)) = self.reasm.input(t, &ip) {
+            let answered = Ipv4Packet::new_checked(&datagram[..])
+                .is_ok_and(|ip| self.reply_echo(peer_mac, &ip));
+            if !answered {
+                self.stats.unmatched_dropped += 1;
+            }
         }
     }
 
@@ -296,32 +446,7 @@ impl Host {
         };
         match ip.protocol() {
             protocol::ICMP if self.config.echo && !ip.more_frags() => {
-                let Ok(icmp) = IcmpPacket::new_checked(ip.payload()) else {
-                    return false;
-                };
-                if icmp.msg_type() != msg_type::ECHO_REQUEST {
-                    return false;
-                }
-                let Ok(IcmpRepr::EchoRequest {
-                    ident,
-                    seq_no,
-                    data,
-                }) = IcmpRepr::parse(&icmp)
-                else {
-                    return false;
-                };
-                let l4 = Transport::Icmp(IcmpRepr::EchoReply {
-                    ident,
-                    seq_no,
-                    data,
-                });
-                let ipr = Ipv4Repr::new(src, peer, protocol::ICMP, l4.buffer_len());
-                let Ok(f) = build::ipv4_frame(&reply_to, &ipr, &l4) else {
-                    return false;
-                };
-                self.queue(f);
-                self.stats.echo_replies += 1;
-                true
+                self.reply_echo(peer_mac, &ip)
             }
             protocol::TCP if self.config.tcp_reset => {
                 let Ok(seg) = TcpPacket::new_checked(ip.payload()) else {
@@ -397,6 +522,79 @@ impl Host {
             }
             _ => false,
         }
+    }
+}
+
+impl Host {
+    /// Answers a whole echo request (to one of our addresses, header
+    /// checksum verified), fragmenting the reply to the MTU if it does not
+    /// fit (RFC 791 §3.2). Whether it was answered.
+    fn reply_echo(&mut self, peer_mac: MacAddr, ip: &Ipv4Packet<&[u8]>) -> bool {
+        let (src, peer) = (ip.dst_addr(), ip.src_addr());
+        if !peer_mac.is_unicast() || peer.is_broadcast() || peer.is_multicast() {
+            return false;
+        }
+        if peer.is_unspecified() || !self.ours(src) {
+            return false;
+        }
+        let Ok(icmp) = IcmpPacket::new_checked(ip.payload()) else {
+            return false;
+        };
+        if icmp.msg_type() != msg_type::ECHO_REQUEST {
+            return false;
+        }
+        let Ok(IcmpRepr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        }) = IcmpRepr::parse(&icmp)
+        else {
+            return false;
+        };
+        let reply_to = EthernetRepr {
+            dst: peer_mac,
+            src: self.mac,
+            vlans: &[],
+            ethertype: ethertype::IPV4,
+        };
+        let l4 = Transport::Icmp(IcmpRepr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        });
+        let ipr = Ipv4Repr::new(src, peer, protocol::ICMP, l4.buffer_len());
+        let fits = ipr.total_len() <= self.mtu;
+        // A fragmented reply needs an identification no application's
+        // fragments use (an unfragmented one's is never looked at, RFC 6864).
+        let ipr = if fits {
+            ipr
+        } else {
+            Ipv4Repr {
+                ident: self.idents.take(),
+                dont_frag: false,
+                ..ipr
+            }
+        };
+        let Ok(f) = build::ipv4_frame(&reply_to, &ipr, &l4) else {
+            return false;
+        };
+        if fits {
+            self.queue(f);
+        } else {
+            let Ok(frags) = exonet_stack::fragment(&f[14..], self.mtu) else {
+                return false;
+            };
+            // Part of a datagram is worth nothing: all of it, or none.
+            if self.out.len() + frags.len() > self.config.queue {
+                self.stats.queue_dropped += 1;
+                return true;
+            }
+            for frag in frags {
+                self.out.push_back([&f[..14], &frag[..]].concat());
+            }
+        }
+        self.stats.echo_replies += 1;
+        true
     }
 }
 

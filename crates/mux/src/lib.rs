@@ -26,7 +26,9 @@
 //! segment, the copy is checked against the channel's template (and the
 //! channel against the endpoint), and only then sent. The buffer goes back
 //! on the completion ring, flagged [`Desc::REJECTED`] when the frame was
-//! not sent.
+//! not sent. Fragments an application sends are held to the template of
+//! their datagram's head, which must go first, and get an identification
+//! the multiplexer allocates (the `ident` module).
 //!
 //! Every nanosecond spent on an endpoint's behalf (delivery, handler,
 //! transmit) and an even share of each batch's classification is charged
@@ -42,6 +44,7 @@ pub mod control;
 pub mod cycles;
 pub mod frag;
 pub mod host;
+mod ident;
 mod in_process;
 pub mod registry;
 pub mod template;
@@ -64,7 +67,9 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
+use frag::To;
 use host::Host;
+use ident::{Idents, TxFrags};
 use registry::Ports;
 
 /// Names an endpoint.
@@ -169,6 +174,13 @@ pub struct MuxConfig {
     /// Most datagrams the fragment pool knows at once (associations and
     /// datagrams waiting for their head); a head evicts the oldest.
     pub frag_datagrams: usize,
+    /// Most fragmented datagrams one channel may be sending at once (its
+    /// transmit associations, see the `ident` module); a new head evicts
+    /// the oldest.
+    pub tx_frag_datagrams: usize,
+    /// How long after its head a datagram's body fragments may still be
+    /// sent (at most a day).
+    pub tx_frag_timeout: Duration,
     pub host: HostConfig,
 }
 
@@ -183,6 +195,8 @@ impl Default for MuxConfig {
             frag_memory: 256 * 1024,
             frag_per_datagram: 64,
             frag_datagrams: 1024,
+            tx_frag_datagrams: 64,
+            tx_frag_timeout: Duration::from_secs(5),
             host: HostConfig::default(),
         }
     }
@@ -268,6 +282,9 @@ pub struct EndpointStats {
     pub tx_bad_channel: u64,
     /// Frames that failed the channel's template (never sent).
     pub tx_template_mismatch: u64,
+    /// Body fragments dropped: their channel sent no head for their
+    /// datagram recently (never sent).
+    pub tx_frag_no_head: u64,
     /// Frames the link refused.
     pub tx_link_error: u64,
     /// Times a ring index from the application was impossible (a hostile or
@@ -291,7 +308,11 @@ impl EndpointStats {
 
     /// All transmit drops.
     pub fn tx_dropped(&self) -> u64 {
-        self.tx_bad_desc + self.tx_bad_channel + self.tx_template_mismatch + self.tx_link_error
+        self.tx_bad_desc
+            + self.tx_bad_channel
+            + self.tx_template_mismatch
+            + self.tx_frag_no_head
+            + self.tx_link_error
     }
 
     /// Every counter with its name, for `exonet stats`.
@@ -309,6 +330,7 @@ impl EndpointStats {
             ("tx_bad_desc", self.tx_bad_desc),
             ("tx_bad_channel", self.tx_bad_channel),
             ("tx_template_mismatch", self.tx_template_mismatch),
+            ("tx_frag_no_head", self.tx_frag_no_head),
             ("tx_link_error", self.tx_link_error),
             ("ring_errors", self.ring_errors),
             ("rx_cycles", self.rx_cycles),
@@ -329,6 +351,7 @@ impl ChannelStats {
             ("tx_frames", self.tx_frames),
             ("tx_bytes", self.tx_bytes),
             ("tx_template_mismatch", self.tx_template_mismatch),
+            ("tx_frag_no_head", self.tx_frag_no_head),
         ]
     }
 }
@@ -349,6 +372,9 @@ pub struct ChannelStats {
     pub tx_bytes: u64,
     /// Frames on it that failed its template.
     pub tx_template_mismatch: u64,
+    /// Body fragments on it without a recent head (see
+    /// [`EndpointStats::tx_frag_no_head`]).
+    pub tx_frag_no_head: u64,
 }
 
 /// A snapshot of one channel.
@@ -417,6 +443,10 @@ struct Channel {
     /// hold, released with the channel, and where ICMP errors about its
     /// traffic go.
     spec: Option<ChannelSpec>,
+    /// Its transmit associations, when the multiplexer identifies its
+    /// fragments: for socket channels and every channel of an unprivileged
+    /// endpoint (a privileged raw channel sends what it likes).
+    frags: Option<TxFrags>,
 }
 
 /// The multiplexer.
@@ -454,7 +484,7 @@ impl Mux {
             next_endpoint: 0,
             channels: HashMap::new(),
             ports: Ports::default(),
-            host: Host::new(config.host, mac, addrs, Instant::now()),
+            host: Host::new(config.host, mac, addrs, link.mtu(), Instant::now()),
             frag: FragPool::new(&config),
             rx_unmatched: 0,
             rx_truncated: 0,
@@ -540,7 +570,7 @@ impl Mux {
     /// transmit template. An unprivileged endpoint's filters must pin IPv4,
     /// first fragments, one of our addresses and a protocol and port it
     /// owns ([`Mux::allocate_port`]), and its template our MAC, IPv4
-    /// without options nor fragments, one of our addresses and a protocol
+    /// without options, one of our addresses and a protocol
     /// and source port it owns.
     pub fn bind_channel(
         &mut self,
@@ -571,6 +601,11 @@ impl Mux {
         template: Template,
         spec: Option<ChannelSpec>,
     ) -> Result<ChannelId, MuxError> {
+        let privileged = self.endpoints.get(&ep).is_some_and(|e| e.privileged);
+        let frags = (spec.is_some() || !privileged).then(|| {
+            let timeout = self.config.tx_frag_timeout.min(frag::MAX_TIMEOUT);
+            TxFrags::new(self.config.tx_frag_datagrams, timeout)
+        });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
         let text = filters
@@ -588,6 +623,7 @@ impl Mux {
                 template,
                 handler: None,
                 spec,
+                frags,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {
@@ -755,7 +791,7 @@ impl Mux {
                 v
             },
             link: self.link.stats(),
-            host: self.host.stats,
+            host: self.host.stats(),
             rx_unmatched: self.rx_unmatched,
             rx_truncated: self.rx_truncated,
             frag: self.frag.stats(),
@@ -906,9 +942,10 @@ impl Mux {
         let n = n.min(self.lens.len());
         // The clock is read only when there is something to time: an empty
         // poll of a busy-polling loop costs no clock read.
-        if n > 0 || !self.frag.is_empty() || clock.is_some() {
+        if n > 0 || !self.frag.is_empty() || self.host.reassembling() || clock.is_some() {
             let now = clock.unwrap_or_else(Instant::now);
             self.frag.expire(now);
+            self.host.expire(now);
             if n > 0 {
                 self.deliver_batch(n, now);
             }
@@ -940,15 +977,27 @@ impl Mux {
                     self.host.on_arp(frame, clock);
                 }
                 let kind = frag::kind(frame);
-                let (chan, waited) = match kind {
-                    FragKind::Whole => (id.map(|id| id.0), Vec::new()),
+                let (to, waited) = match kind {
+                    FragKind::Whole => (
+                        id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
+                        Vec::new(),
+                    ),
                     // A body fragment goes where its head went, whatever a
                     // filter says of it: it carries no port to classify on.
-                    FragKind::Body => (self.frag.body(frame, clock).map(|c| c.0), Vec::new()),
+                    FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
                     FragKind::Head => {
                         let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
-                        (chan, self.frag.head(frame, chan.map(ChannelId), clock))
+                        let to = match chan {
+                            Some(c) => To::Channel(ChannelId(c)),
+                            None if self.host.takes_fragment(frame) => To::Host,
+                            None => To::Nobody,
+                        };
+                        (to, self.frag.head(frame, to, clock))
                     }
+                };
+                let chan = match to {
+                    To::Channel(c) => Some(c.0),
+                    _ => None,
                 };
                 // An ICMP error no filter took goes to the socket whose
                 // datagram it quotes: only here, off the fast path.
@@ -968,10 +1017,17 @@ impl Mux {
                     .and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
                 let t = cycles::now();
                 let Some((e, copy)) = owner else {
+                    if to == To::Host {
+                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+                            self.host.on_echo_fragment(f, clock);
+                        }
+                    }
                     // Body fragments held or dropped are the pool's to count.
                     if kind != FragKind::Body {
                         self.rx_unmatched += 1;
-                        self.host.on_unmatched(frame, clock);
+                        if to != To::Host {
+                            self.host.on_unmatched(frame, clock);
+                        }
                     }
                     let done = cycles::now();
                     self.host.stats.cycles += done.saturating_sub(now) + demux_share;
@@ -997,6 +1053,16 @@ impl Mux {
     /// `tx_budget` descriptors were handled. Returns the number of frames
     /// sent.
     pub fn poll_tx(&mut self) -> io::Result<usize> {
+        self.transmit(None)
+    }
+
+    /// [`poll_tx`](Self::poll_tx) with `now` as the clock of the channels'
+    /// transmit associations (tests drive it).
+    pub fn poll_tx_at(&mut self, now: Instant) -> io::Result<usize> {
+        self.transmit(Some(now))
+    }
+
+    fn transmit(&mut self, mut clock: Option<Instant>) -> io::Result<usize> {
         let mut budget = self.config.tx_budget;
         let mut sent = 0;
         let mut link_err = None;
@@ -1022,6 +1088,8 @@ impl Mux {
                     &mut *self.link,
                     &mut self.tx_buf,
                     &mut budget,
+                    &mut self.host.idents,
+                    &mut clock,
                 );
                 e.stats.tx_cycles += cycles::now().saturating_sub(t0);
                 sent += turn.sent;
@@ -1238,8 +1306,61 @@ struct Turn {
     link_error: Option<io::Error>,
 }
 
+/// Why a frame is not sent on its channel.
+enum Refusal {
+    /// It fails the channel's template.
+    Template,
+    /// A body fragment whose head the channel did not send recently.
+    NoHead,
+}
+
+/// Checks a frame (the multiplexer's copy) against its channel, and gives a
+/// fragment the identification of its datagram when the multiplexer
+/// identifies the channel's fragments (see the `ident` module). The clock
+/// is read only for fragments, at most once per scan.
+fn check_tx(
+    ch: &mut Channel,
+    frame: &mut [u8],
+    idents: &mut Idents,
+    clock: &mut Option<Instant>,
+) -> Result<(), Refusal> {
+    let Some(frags) = &mut ch.frags else {
+        return ch
+            .template
+            .matches(frame)
+            .then_some(())
+            .ok_or(Refusal::Template);
+    };
+    let kind = frag::kind(frame);
+    let fits = match kind {
+        FragKind::Whole => {
+            return ch
+                .template
+                .matches(frame)
+                .then_some(())
+                .ok_or(Refusal::Template)
+        }
+        // No transport header: only the fields before it can be checked
+        // (the template pins a header without options, so it ends here).
+        FragKind::Body => ch.template.matches_before(frame, ident::IP_END),
+        FragKind::Head => ch.template.matches(frame),
+    };
+    if !fits || frame.len() < ident::IP_END {
+        return Err(Refusal::Template);
+    }
+    let now = *clock.get_or_insert_with(Instant::now);
+    let (dst, app) = ident::key(frame);
+    let ours = match kind {
+        FragKind::Head => frags.head(dst, app, idents, now),
+        _ => frags.body(dst, app, now).ok_or(Refusal::NoHead)?,
+    };
+    ident::set_ident(frame, ours);
+    Ok(())
+}
+
 /// One endpoint's turn in the transmit scan: sends while its deficit
 /// covers the next frame.
+#[allow(clippy::too_many_arguments)]
 fn tx_turn(
     id: EndpointId,
     e: &mut Endpoint,
@@ -1247,6 +1368,8 @@ fn tx_turn(
     link: &mut dyn Link,
     buf: &mut [u8],
     budget: &mut usize,
+    idents: &mut Idents,
+    clock: &mut Option<Instant>,
 ) -> Turn {
     let mut turn = Turn::default();
     let layout = *e.ep.frames.layout();
@@ -1300,12 +1423,16 @@ fn tx_turn(
                     // would fail every template anyway.
                     e.ep.frames.read(d, buf).unwrap_or_default()
                 };
-                let frame = &buf[..len];
+                let frame = &mut buf[..len];
                 match channels.get_mut(&d.channel) {
                     Some(ch) if ch.endpoint == id => {
-                        if !ch.template.matches(frame) {
+                        let check = check_tx(ch, frame, idents, clock);
+                        if let Err(Refusal::Template) = check {
                             e.stats.tx_template_mismatch += 1;
                             ch.stats.tx_template_mismatch += 1;
+                        } else if let Err(Refusal::NoHead) = check {
+                            e.stats.tx_frag_no_head += 1;
+                            ch.stats.tx_frag_no_head += 1;
                         } else if frame.len() < exonet_link::MIN_FRAME_LEN
                             || frame.len() > link.max_frame_len()
                         {

@@ -119,15 +119,20 @@ pub fn socket_filter(spec: &ChannelSpec) -> Filter {
 }
 
 /// The transmit template of a channel: our MAC as source, IPv4 without
-/// options and unfragmented (so that the ports are where the template looks),
-/// the protocol, our address and port as source (ICMP: echo requests with
-/// the identifier); with a remote, also its address and port as destination.
+/// options (so that the ports are where the template looks) and with the
+/// reserved flag clear (RFC 791), the protocol, our address and port as
+/// source (ICMP: echo requests with the identifier); with a remote, also
+/// its address and port as destination. Fragments are allowed: the
+/// transmit path checks a body fragment against the fields before the
+/// transport header and only as part of a datagram whose head the channel
+/// sent, and gives every fragment the multiplexer's identification
+/// (the `ident` module).
 pub fn socket_template(mac: [u8; 6], spec: &ChannelSpec) -> Template {
     let t = Template::new()
         .field(off::ETH_SRC, &mac)
         .field(off::ETHERTYPE, &[0x08, 0x00])
         .field(off::IP_VHL, &[0x45])
-        .masked(off::IP_FRAG, &[0, 0], &[0x3f, 0xff])
+        .masked(off::IP_FRAG, &[0, 0], &[0x80, 0])
         .field(off::IP_PROTO, &[spec.proto.number()])
         .field(off::IP_SRC, &spec.local_addr.octets());
     if spec.proto == Proto::Icmp {
@@ -342,9 +347,11 @@ pub(crate) fn check_filter(
 }
 
 /// Checks that an unprivileged endpoint's template lets it send only as
-/// itself: our MAC, IPv4 without options, unfragmented, one protocol, one
-/// of our addresses and a source port it owns (ICMP: echo requests, type 8
-/// code 0, with an identifier it owns).
+/// itself: our MAC, IPv4 without options, one protocol, one of our
+/// addresses and a source port it owns (ICMP: echo requests, type 8 code 0,
+/// with an identifier it owns). It may allow fragments: the transmit path
+/// holds them to the head's template and identifies them itself
+/// (the `ident` module).
 pub(crate) fn check_template(
     t: &Template,
     ep: EndpointId,
@@ -358,9 +365,6 @@ pub(crate) fn check_template(
     }
     if !t.implies(off::ETHERTYPE, &[0x08, 0x00, 0x45], &[0xff; 3]) {
         return deny("does not pin IPv4 without options");
-    }
-    if !t.implies(off::IP_FRAG, &[0, 0], &[0x3f, 0xff]) {
-        return deny("does not forbid fragments");
     }
     match t.pinned(off::IP_SRC, 4) {
         Some(a) if addrs.contains(&Ipv4Addr::new(a[0], a[1], a[2], a[3])) => {}

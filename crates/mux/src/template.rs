@@ -56,14 +56,26 @@ impl Template {
 
     /// Whether `frame` matches every field.
     pub fn matches(&self, frame: &[u8]) -> bool {
+        self.matches_before(frame, usize::MAX)
+    }
+
+    /// Whether `frame` matches every field in the bytes before `end` (the
+    /// bytes from `end` on are not looked at): how a body fragment, which
+    /// has no transport header, is checked.
+    pub fn matches_before(&self, frame: &[u8], end: usize) -> bool {
         self.fields.iter().all(|f| {
-            let Some(end) = f.offset.checked_add(f.bytes.len()) else {
+            let Some(stop) = f.offset.checked_add(f.bytes.len()) else {
                 return false;
             };
-            match frame.get(f.offset..end) {
+            let stop = stop.min(end.max(f.offset));
+            let n = stop - f.offset;
+            if n == 0 {
+                return true;
+            }
+            match frame.get(f.offset..stop) {
                 Some(got) => got
                     .iter()
-                    .zip(&f.bytes)
+                    .zip(&f.bytes[..n])
                     .zip(&f.mask)
                     .all(|((g, b), m)| g & m == *b),
                 None => false,
@@ -132,5 +144,16 @@ mod tests {
         assert_eq!(t.pinned(12, 3), Some(vec![8, 0, 0x45]));
         assert_eq!(t.pinned(11, 2), None);
         assert!(Template::new().matches(&[]));
+        // Before byte 21, only the first field and the first byte of the
+        // third count.
+        f[21] = 1;
+        assert!(t.matches_before(&f, 21));
+        assert!(t.matches_before(&f[..21], 21));
+        assert!(!t.matches_before(&f, 22));
+        f[14] = 0x46;
+        assert!(!t.matches_before(&f, 21));
+        assert!(t.matches_before(&f, 14));
+        // Fields past the end need no bytes.
+        assert!(t.matches_before(&f[..13], 12));
     }
 }

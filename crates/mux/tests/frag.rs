@@ -704,6 +704,7 @@ fn addresses_in_the_key_separate_datagrams() {
 fn accounted(s: &FragStats) -> u64 {
     s.heads
         + s.unmatched_heads
+        + s.host_heads
         + s.bad
         + s.bodies_forwarded
         + s.orphans_timed_out

@@ -90,6 +90,9 @@ pub enum Lookup {
 pub struct ArpCache {
     config: ArpConfig,
     entries: HashMap<Ipv4Addr, Entry>,
+    /// The last neighbour found reachable, and until when: most sends go to the
+    /// same peer, and this spares them the hash.
+    last: Option<(Ipv4Addr, [u8; 6], Time)>,
     unresolved: usize,
     stats: ArpStats,
 }
@@ -126,9 +129,16 @@ impl ArpCache {
 
     /// Looks `ip` up at `now`.
     pub fn lookup(&mut self, ip: Ipv4Addr, now: Time) -> Lookup {
+        if let Some((last, mac, until)) = self.last {
+            if last == ip && until > now {
+                self.stats.hits += 1;
+                return Lookup::Hit(mac);
+            }
+        }
         match self.entries.get(&ip) {
             Some(Entry::Reachable { mac, until }) if *until > now => {
                 self.stats.hits += 1;
+                self.last = Some((ip, *mac, *until));
                 Lookup::Hit(*mac)
             }
             Some(Entry::Incomplete { next_ask, .. }) if *next_ask > now => Lookup::Wait,
@@ -144,6 +154,7 @@ impl ArpCache {
     pub fn resolved(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Time) -> Vec<Vec<u8>> {
         self.stats.resolved += 1;
         let until = now + self.config.reachable;
+        self.last = None;
         match self.entries.insert(ip, Entry::Reachable { mac, until }) {
             Some(Entry::Incomplete { pending, .. }) => {
                 self.unresolved -= 1;

@@ -212,6 +212,10 @@ impl<T> TimerWheel<T> {
     /// earliest deadline rounded up to a tick), or `None` if no timer is pending: when
     /// an event loop should wake up next.
     pub fn next_deadline(&self) -> Option<Time> {
+        // The common case on a receive path: nothing pending, no slot scan.
+        if self.is_empty() {
+            return None;
+        }
         if self.heads[self.due_list() as usize] != NIL {
             return Some(self.last_now);
         }

@@ -4,6 +4,7 @@
 
 use std::net::Ipv4Addr;
 
+use etherparse::Ipv4HeaderSlice;
 use exonet_link::memwire::{self, MemWire};
 use exonet_link::Link;
 use exonet_mux::{ChannelSpec, Mux, MuxConfig, Proto};
@@ -106,4 +107,34 @@ pub fn spec(port: u16) -> ChannelSpec {
         local_port: port,
         remote: None,
     }
+}
+
+/// What etherparse reads in a frame on the wire: the identification, and
+/// whether its header checksum is right.
+pub fn ident_of(frame: &[u8]) -> (u16, bool) {
+    let h = Ipv4HeaderSlice::from_slice(&frame[14..]).unwrap();
+    let sum = h.to_header().calc_header_checksum();
+    (h.identification(), sum == h.header_checksum())
+}
+
+/// Reassembles the frames of one datagram (any order): its IP payload.
+pub fn reassemble(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut pieces: Vec<(usize, bool, Vec<u8>)> = frames
+        .iter()
+        .map(|f| {
+            let h = Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
+            let start = 14 + h.slice().len();
+            let end = 14 + h.total_len() as usize;
+            let offset = h.fragments_offset().byte_offset() as usize;
+            (offset, h.more_fragments(), f[start..end].to_vec())
+        })
+        .collect();
+    pieces.sort_by_key(|p| p.0);
+    let mut data = Vec::new();
+    for (offset, _, piece) in &pieces {
+        assert_eq!(*offset, data.len(), "a hole or an overlap");
+        data.extend_from_slice(piece);
+    }
+    assert!(!pieces.last().unwrap().1, "the last fragment is there");
+    data
 }
