@@ -101,10 +101,8 @@ impl Run {
             .then(|| u64::from_be_bytes(bytes[..8].try_into().unwrap_or_default()))
             .filter(|&s| s < self.seen.len() as u64)
             .filter(|&s| {
-                let filler = bytes[HEADER..].iter().enumerate();
-                filler
-                    .into_iter()
-                    .all(|(i, &b)| b == (s as usize + i) as u8)
+                let mut filler = bytes[HEADER..].iter().enumerate();
+                filler.all(|(i, &b)| b == (s as usize + i) as u8)
             });
         let Some(seq) = seq else {
             self.report.corrupt += 1;

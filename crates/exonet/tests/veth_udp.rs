@@ -79,6 +79,34 @@ fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
         );
     }
 
+    // exonet udp-send to a Linux echo server (socat), in fragments both
+    // ways; one datagram outstanding, so that socat's pipe never joins two.
+    let echo_addr = format!("{}:7000", rig.linux_ip);
+    let socat = rig
+        .linux("socat")
+        .args([&format!("UDP4-LISTEN:7000,bind={}", rig.linux_ip), "PIPE"])
+        .spawn()
+        .unwrap();
+    rig.procs.push(socat);
+    until("socat listens", || {
+        let ss = run(rig.linux("ss").args(["-uln"]));
+        text(&ss.stdout).contains(&echo_addr)
+    });
+    let send = exonet()
+        .args([
+            "udp-send", &echo_addr, "--count", "20", "--size", "3000", "--json",
+        ])
+        .arg("--socket")
+        .arg(&rig.sock)
+        .output()
+        .unwrap();
+    let s = text(&send.stdout);
+    assert!(send.status.success(), "{s}{}", text(&send.stderr));
+    assert_eq!(json_u64(&s, "received"), Some(20), "{s}");
+    let mut socat = rig.procs.pop().unwrap();
+    let _ = socat.kill();
+    let _ = socat.wait();
+
     let script = scapy_script("udp_frag_echo.py");
     let py = run(rig.linux("/usr/bin/python3").arg(script).args([
         &rig.vl,
