@@ -9,7 +9,7 @@ mod common;
 
 use std::process::Child;
 
-use common::daemons::{echo_stats, exonet, json_u64, signal, udp_echo};
+use common::daemons::{echo_stats, exonet, field, json_u64, signal, stats, udp_echo};
 use common::netns::{is_root, run, scapy_script, stat, Rig};
 use common::until;
 
@@ -196,12 +196,12 @@ fn hostile_udp_input_is_counted_and_forgotten() {
     for k in ["reasm_bytes", "queued"] {
         assert_eq!(json_u64(&last, k), Some(0), "{k}: {last}");
     }
-    // The multiplexer counted what it could not deliver, let the flood's
-    // heads through and holds no body fragments.
-    let sock = &rig.sock;
-    assert!(stat(sock, "host", "unmatched_dropped") > 0);
-    assert!(stat(sock, "host", "icmp_errors_unclaimed") > 0);
-    assert!(stat(sock, "frag", "heads") >= 300);
-    assert_eq!(stat(sock, "frag", "held_bytes"), 0);
+    // `exonet stats`: the multiplexer counted what it could not deliver,
+    // let the flood's heads through and holds no body fragments.
+    let mux = stats(&rig.sock);
+    assert!(field(&mux, "host", "unmatched_dropped") > 0, "{mux:#?}");
+    assert!(field(&mux, "host", "icmp_errors_unclaimed") > 0, "{mux:#?}");
+    assert!(field(&mux, "frag", "heads") >= 300, "{mux:#?}");
+    assert_eq!(field(&mux, "frag", "held_bytes"), 0, "{mux:#?}");
     assert!(rig.daemon_alive());
 }
