@@ -56,6 +56,9 @@ fn handle(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Resul
     let r = unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = handler as libc::sighandler_t;
+        // The control socket's calls go on; the doorbell's poll returns
+        // (poll is never restarted), so the loop sees the flag.
+        sa.sa_flags = libc::SA_RESTART;
         libc::sigaction(signal, &sa, std::ptr::null_mut())
     };
     if r != 0 {

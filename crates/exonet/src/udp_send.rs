@@ -156,7 +156,10 @@ fn ping_pong(sock: &UdpSocket, run: &mut Run, timeout: Duration) -> io::Result<(
     let (mut out, mut buf) = (vec![0u8; run.size], vec![0u8; run.size + 1]);
     for seq in 0..run.seen.len() as u64 {
         run.datagram(seq, &mut out);
-        sock.send(&out)?;
+        // A refusal that came after its read gave up is reported here.
+        while let Err(e) = sock.send(&out) {
+            run.error(e)?;
+        }
         run.report.sent += 1;
         let until = Instant::now() + timeout;
         loop {
@@ -286,5 +289,32 @@ impl Report {
                 tool::us(s.max)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoes_are_checked_and_counted_once() {
+        let mut run = Run {
+            start: Instant::now(),
+            size: 40,
+            seen: vec![false; 3],
+            report: Report::default(),
+        };
+        let mut d = vec![0u8; 40];
+        run.datagram(2, &mut d);
+        assert_eq!(run.echo(&d), Some(2));
+        assert_eq!(run.echo(&d), None, "a duplicate");
+        let mut bad = d.clone();
+        bad[30] ^= 1;
+        assert_eq!(run.echo(&bad), None);
+        assert_eq!(run.echo(&d[..39]), None);
+        run.datagram(7, &mut d);
+        assert_eq!(run.echo(&d), None, "not a sequence number sent");
+        let r = &run.report;
+        assert_eq!((r.received, r.corrupt, r.rtts.len()), (1, 3, 1));
     }
 }

@@ -8,7 +8,7 @@ use std::io::BufRead;
 use std::path::Path;
 use std::process::Output;
 
-use common::daemons::{daemon, echo_stats, exonet, json_u64, signal, udp_echo, Procs};
+use common::daemons::{daemon, echo_stats, exonet, json_u64, stop_echo, text, udp_echo, Procs};
 
 fn tool(sock: &Path, args: &[&str]) -> Output {
     exonet()
@@ -17,10 +17,6 @@ fn tool(sock: &Path, args: &[&str]) -> Output {
         .arg(sock)
         .output()
         .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
@@ -140,13 +136,9 @@ fn udp_echo_udp_send_and_ping_between_two_daemons() {
 
     // SIGUSR1 reports, SIGTERM stops; nothing is left held.
     let echo = procs.0.pop().unwrap();
-    let mut line = echo_stats(&echo, &mut echo_out);
+    let line = echo_stats(&echo, &mut echo_out);
     assert_eq!(json_u64(&line, "answered"), Some(240), "{line}");
-    signal(&echo, libc::SIGTERM);
-    let out = echo.wait_with_output().unwrap();
-    assert!(out.status.success());
-    line.clear();
-    echo_out.read_line(&mut line).unwrap();
+    let line = stop_echo(echo, &mut echo_out);
     for (k, v) in [
         ("answered", 240),
         ("udp_delivered", 240),
@@ -163,7 +155,7 @@ fn udp_echo_udp_send_and_ping_between_two_daemons() {
     let out = tool(&sb, &["udp-send", "10.77.9.1:7", "--count", "5"]);
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert!(echo.wait().unwrap().success());
-    line.clear();
+    let mut line = String::new();
     echo_out.read_line(&mut line).unwrap();
     assert_eq!(json_u64(&line, "answered"), Some(5), "{line}");
 }

@@ -7,15 +7,9 @@
 
 mod common;
 
-use std::process::Child;
-
-use common::daemons::{echo_stats, exonet, field, json_u64, signal, stats, udp_echo};
+use common::daemons::{echo_stats, exonet, field, json_u64, stats, stop_echo, text, udp_echo};
 use common::netns::{is_root, run, scapy_script, stat, Rig};
 use common::until;
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// `exonet udp-echo` on port 7 of the rig's daemon, incomplete datagrams
 /// given up after a second.
@@ -42,19 +36,6 @@ fn linux_tools_answered(rig: &Rig) {
     let socat = format!("printf hello-socat | socat -t 1 - UDP4:{exo}:7");
     let out = run(rig.linux("sh").args(["-c", &socat]));
     assert_eq!(text(&out.stdout), "hello-socat");
-}
-
-/// SIGTERM to the echo server (the last process of the rig); its final
-/// counters.
-fn stop_echo(rig: &mut Rig, out: &mut std::io::BufReader<std::process::ChildStdout>) -> String {
-    use std::io::BufRead;
-    let echo: Child = rig.procs.pop().unwrap();
-    signal(&echo, libc::SIGTERM);
-    let status = echo.wait_with_output().unwrap().status;
-    assert!(status.success(), "udp-echo: {status}");
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    line
 }
 
 fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
@@ -121,7 +102,7 @@ fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
         text(&py.stdout)
     );
 
-    let last = stop_echo(&mut rig, &mut out);
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
     for (k, at_least) in [("answered", 3), ("reassembled", 1)] {
         assert!(json_u64(&last, k).unwrap() >= at_least, "{k}: {last}");
     }
@@ -181,7 +162,7 @@ fn hostile_udp_input_is_counted_and_forgotten() {
         seen = echo_stats(echo, &mut out);
         json_u64(&seen, "reasm_bytes") == Some(0)
     });
-    let last = stop_echo(&mut rig, &mut out);
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
     for k in [
         "bad_checksum",
         "udp_bad_length",

@@ -125,3 +125,19 @@ pub fn echo_stats(echo: &Child, out: &mut BufReader<ChildStdout>) -> String {
     out.read_line(&mut line).unwrap();
     line
 }
+
+/// SIGTERM to a running `exonet udp-echo`, which must exit cleanly; its
+/// final counters.
+pub fn stop_echo(echo: Child, out: &mut BufReader<ChildStdout>) -> String {
+    signal(&echo, libc::SIGTERM);
+    let status = echo.wait_with_output().unwrap().status;
+    assert!(status.success(), "udp-echo: {status}");
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line
+}
+
+/// A child's output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
