@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::Args;
 use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::{afxdp, memwire, tap::Tap, Link};
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig, StopHandle};
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig};
 use exonet_shm::control::{default_socket_path, SeqListener, SeqPacket};
 
 #[derive(Debug, Args)]
@@ -90,7 +90,8 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     };
     let mut daemon = Daemon::bind(mux, config)
         .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
-    wait_for_signal(signals, daemon.stop_handle());
+    let stop = daemon.stop_handle();
+    on_stop_signal(signals, move || stop.stop());
     eprintln!(
         "exonet daemon: link {} (MAC {}, frames up to {mtu} bytes), addresses {}, control socket {}",
         args.link,
@@ -110,7 +111,13 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     r
 }
 
-fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Link>, String> {
+/// The link `spec` names (see [`DaemonArgs::link`]), for a host with
+/// `addrs` whose control socket is `socket`.
+pub(crate) fn open_link(
+    spec: &str,
+    addrs: &[Ipv4Addr],
+    socket: &Path,
+) -> Result<Box<dyn Link>, String> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let need = |what: &str| {
         if rest.is_empty() {
@@ -180,20 +187,41 @@ fn open_link(spec: &str, addrs: &[Ipv4Addr], socket: &Path) -> Result<Box<dyn Li
 /// the cable offered there, or creates one and offers its far end to the
 /// next daemon that comes.
 fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
-    if let Ok(s) = SeqPacket::connect(rendezvous) {
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let mut buf = [0u8; 16];
-        let (_, fds) = s.recv(&mut buf)?;
-        let fds: [OwnedFd; 3] = fds.try_into().map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the rendezvous did not send a cable",
-            )
-        })?;
-        return Ok(Box::new(memwire::FarEnd::from_fds(fds).open()?));
+    // Two ends started together may both find no cable and both try to offer
+    // one: the one that loses the bind joins the winner's (bounded).
+    for _ in 0..100 {
+        if let Ok(s) = SeqPacket::connect(rendezvous) {
+            return join_cable(&s);
+        }
+        match SeqListener::bind(rendezvous) {
+            Ok(listener) => return offer_cable(listener, rendezvous),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
     }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "the rendezvous is taken but offers no cable",
+    ))
+}
+
+fn join_cable(s: &SeqPacket) -> io::Result<Box<dyn Link>> {
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut buf = [0u8; 16];
+    let (_, fds) = s.recv(&mut buf)?;
+    let fds: [OwnedFd; 3] = fds.try_into().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the rendezvous did not send a cable",
+        )
+    })?;
+    Ok(Box::new(memwire::FarEnd::from_fds(fds).open()?))
+}
+
+fn offer_cable(listener: SeqListener, rendezvous: &Path) -> io::Result<Box<dyn Link>> {
     let (end, far) = memwire::cable(memwire::Config::default())?;
-    let listener = SeqListener::bind(rendezvous)?;
     let path = rendezvous.to_path_buf();
     std::thread::Builder::new()
         .name("exonet-memwire".into())
@@ -210,7 +238,7 @@ fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
     Ok(Box::new(end))
 }
 
-fn block_stop_signals() -> io::Result<libc::sigset_t> {
+pub(crate) fn block_stop_signals() -> io::Result<libc::sigset_t> {
     // SAFETY: the set is initialised by sigemptyset before use; the calls
     // take pointers to live locals only.
     unsafe {
@@ -226,13 +254,14 @@ fn block_stop_signals() -> io::Result<libc::sigset_t> {
     }
 }
 
-/// A thread that waits for SIGINT or SIGTERM and stops the daemon.
-fn wait_for_signal(set: libc::sigset_t, stop: StopHandle) {
+/// A thread that waits for SIGINT or SIGTERM (blocked in every thread by
+/// [`block_stop_signals`]) and then runs `f`.
+pub(crate) fn on_stop_signal(set: libc::sigset_t, f: impl FnOnce() + Send + 'static) {
     std::thread::spawn(move || {
         let mut sig = 0;
         // SAFETY: `set` is a valid signal set; `sig` is a live local.
         unsafe { libc::sigwait(&set, &mut sig) };
-        stop.stop();
+        f();
     });
 }
 

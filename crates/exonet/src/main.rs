@@ -27,8 +27,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The tour: classify a realistic traffic mix for a host's applications
-    /// with DPF (needs no privileges).
+    /// The tour: DPF on a realistic traffic mix, then two hosts on an
+    /// in-memory cable with applications on sockets (needs no privileges;
+    /// `--veth`, against Linux, needs root).
     Demo(demo::DemoArgs),
     /// Compile a filter (tcpdump or DPF syntax); explain it or run it over a
     /// capture file.
@@ -52,7 +53,7 @@ enum Command {
     /// The other process of a two-process benchmark, started by `exonet
     /// bench`.
     #[command(hide = true)]
-    BenchChild(bench::endpoint::ChildArgs),
+    BenchChild(bench::ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +68,6 @@ fn main() -> ExitCode {
         Command::Ping(args) => ping::run(&args),
         Command::UdpEcho(args) => udp_echo::run(&args),
         Command::UdpSend(args) => udp_send::run(&args),
-        Command::BenchChild(args) => bench::endpoint::child(&args),
+        Command::BenchChild(args) => bench::child(&args),
     }
 }

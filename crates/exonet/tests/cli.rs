@@ -57,25 +57,75 @@ fn write_capture(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `exonet demo` with `args`; returns its output, failing on an error.
+fn demo(args: &[&str]) -> String {
+    let out = exonet().arg("demo").args(args).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    assert!(!err.contains("exonet demo:"), "{err}");
+    text
+}
+
+/// The round-trip table: every row, with numbers.
+fn assert_rtt_table(text: &str, columns: usize) {
+    assert!(text.contains("round trips, µs"), "{text}");
+    for row in [
+        "ping, 56 B",
+        "UDP 4 B, busy polling",
+        "UDP 4 B, sleeping",
+        "UDP 1472 B",
+        "UDP 20000 B (fragments)",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row}: {text}"));
+        let numbers = line[row.len()..]
+            .split_whitespace()
+            .filter(|w| w.parse::<f64>().is_ok())
+            .count();
+        assert_eq!(numbers, 4 * columns, "{line}");
+    }
+    assert!(text.contains("connection refused"), "{text}");
+}
+
 #[test]
 fn demo_runs_and_engines_agree() {
-    let out = exonet()
-        .args(["demo", "--frames", "20000", "--round-trips", "500"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = demo(&["--frames", "20000", "--round-trips", "200"]);
     assert!(
         text.contains("JIT and interpreter agree on all 20000 frames"),
         "{text}"
     );
     assert!(text.contains("web (10.77.1.5:40000)"));
-    assert!(text.contains("then 500 UDP round trips"), "{text}");
+    assert!(text.contains("then 200 UDP round trips"), "{text}");
     assert!(text.contains("refused by the template check"), "{text}");
+    assert_rtt_table(&text, 1);
+    assert!(text.contains("UDP 4 B raw frames, one thread"), "{text}");
+    for counters in ["reassembled", "cksum drops", "echo replies", "frag bodies"] {
+        assert!(text.contains(counters), "{text}");
+    }
+}
+
+#[test]
+fn demo_veth_runs_against_linux() {
+    // SAFETY: no arguments, cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let text = demo(&["--veth", "--round-trips", "200"]);
+    assert!(text.contains("Linux -> exonet"), "{text}");
+    assert_rtt_table(&text, 2);
+    let ns = text
+        .split_whitespace()
+        .find(|w| w.starts_with("exonet-demo-"))
+        .unwrap_or_else(|| panic!("no namespace named: {text}"));
+    let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&left.stdout).contains(ns),
+        "{ns} was left behind"
+    );
 }
 
 #[test]

@@ -3,39 +3,14 @@
 
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::PathBuf;
 use std::time::Duration;
 
+use exonet::hosts::{two_hosts, A, B};
 use exonet_link::memwire::{self, MemWire};
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
+use exonet_mux::{Mux, MuxConfig, Running};
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
 
-const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
-const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 const T: Option<Duration> = Some(Duration::from_secs(5));
-
-struct Hosts {
-    a: Running,
-    b: Running,
-}
-
-fn daemon(name: &str, link: MemWire, ip: Ipv4Addr) -> Running {
-    let path: PathBuf =
-        std::env::temp_dir().join(format!("exonet-stack-{}-{name}.sock", std::process::id()));
-    Daemon::spawn(
-        move || Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default())),
-        DaemonConfig::new(path, vec![(ip, 24)]),
-    )
-    .unwrap()
-}
-
-fn hosts(name: &str) -> Hosts {
-    let (x, y) = memwire::pair().unwrap();
-    Hosts {
-        a: daemon(&format!("{name}-a"), x, A),
-        b: daemon(&format!("{name}-b"), y, B),
-    }
-}
 
 fn stack(d: &Running) -> Stack {
     Stack::open(d.socket()).unwrap()
@@ -49,7 +24,7 @@ fn bound(s: &Stack, port: u16) -> UdpSocket {
 
 #[test]
 fn udp_round_trips_with_std_semantics() {
-    let h = hosts("rt");
+    let h = two_hosts("stack-rt").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7000);
     let client = bound(&sa, 0);
@@ -88,7 +63,7 @@ fn udp_round_trips_with_std_semantics() {
 
 #[test]
 fn timeouts_nonblocking_and_errors() {
-    let h = hosts("err");
+    let h = two_hosts("stack-err").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 0);
     let mut buf = [0u8; 16];
@@ -120,7 +95,7 @@ fn timeouts_nonblocking_and_errors() {
 
 #[test]
 fn ports_are_the_registrys() {
-    let h = hosts("ports");
+    let h = two_hosts("stack-ports").unwrap();
     let sa = stack(&h.a);
     let s = bound(&sa, 5000);
     assert_eq!(
@@ -137,7 +112,7 @@ fn ports_are_the_registrys() {
 
 #[test]
 fn ping_through_icmp_sockets() {
-    let h = hosts("ping");
+    let h = two_hosts("stack-ping").unwrap();
     let sa = stack(&h.a);
     let ping = IcmpSocket::bind(&sa, 0).unwrap();
     ping.set_read_timeout(T).unwrap();
@@ -152,7 +127,7 @@ fn ping_through_icmp_sockets() {
 
 #[test]
 fn poll_over_many_sockets_and_threads() {
-    let h = hosts("poll");
+    let h = two_hosts("stack-poll").unwrap();
     let cfg = StackConfig {
         busy_poll: Duration::from_micros(50),
         ..StackConfig::default()
@@ -195,7 +170,7 @@ fn poll_over_many_sockets_and_threads() {
 
 #[test]
 fn blocked_reader_and_writer_threads_share_a_stack() {
-    let h = hosts("threads");
+    let h = two_hosts("stack-threads").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let echo = bound(&sb, 7);
     let server = std::thread::spawn(move || {
@@ -227,7 +202,7 @@ fn blocked_reader_and_writer_threads_share_a_stack() {
 
 #[test]
 fn a_20k_datagram_goes_in_fragments_and_comes_back_whole() {
-    let h = hosts("frag");
+    let h = two_hosts("stack-frag").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let server = bound(&sb, 7100);
     let client = bound(&sa, 0);

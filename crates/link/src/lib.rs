@@ -114,6 +114,9 @@ pub struct LinkStats {
     /// Frames that arrived but were lost before reaching the callback: queue or ring
     /// full, truncated, malformed.
     pub rx_dropped: u64,
+    /// Received frames whose TCP or UDP checksum the sending host had left to
+    /// hardware, finished by the link (AF_PACKET from a veth).
+    pub rx_csum_completed: u64,
     /// Frames accepted for sending.
     pub tx_frames: u64,
     /// Bytes of those frames.

@@ -635,6 +635,7 @@ fn link_fields(l: &exonet_link::LinkStats) -> Vec<(String, u64)> {
         ("rx_frames", l.rx_frames),
         ("rx_bytes", l.rx_bytes),
         ("rx_dropped", l.rx_dropped),
+        ("rx_csum_completed", l.rx_csum_completed),
         ("tx_frames", l.tx_frames),
         ("tx_bytes", l.tx_bytes),
         ("tx_dropped", l.tx_dropped),

@@ -116,27 +116,53 @@ impl Doorbell {
     /// drains. Returns whether it was rung. An interrupted wait counts as
     /// not rung; callers loop anyway.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        Ok(self.wait_or_hangup(timeout, None)? == Ring::Rung)
+    }
+
+    /// [`wait`](Self::wait), also returning when `hangup` (a socket to the
+    /// other side) hangs up: the other side is gone and will never ring.
+    pub fn wait_or_hangup(
+        &self,
+        timeout: Option<Duration>,
+        hangup: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Ring> {
         let ms = match timeout {
             None => -1,
             // Round up, so that a short timeout still sleeps.
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
-        let mut pfd = libc::pollfd {
-            fd: self.rx.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the duration of the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.rx.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // poll skips a negative descriptor.
+                fd: hangup.map_or(-1, |h| h.as_raw_fd()),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds, for the duration of the call; the
+        // hang-up descriptor is borrowed for it.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
+                Ok(Ring::TimedOut)
             } else {
                 Err(e)
             };
         }
-        Ok(r > 0 && self.drain()?)
+        if fds[1].revents != 0 {
+            return Ok(Ring::HangUp);
+        }
+        Ok(if fds[0].revents != 0 && self.drain()? {
+            Ring::Rung
+        } else {
+            Ring::TimedOut
+        })
     }
 
     /// Empties the queue (it holds only a few datagrams, so this is
@@ -200,6 +226,16 @@ impl Doorbells {
     }
 }
 
+/// How a [`Doorbell::wait_or_hangup`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ring {
+    Rung,
+    /// The timeout passed (or a signal interrupted the wait).
+    TimedOut,
+    /// The hang-up descriptor hung up.
+    HangUp,
+}
+
 /// How a [`Sleeper::sleep`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wakeup {
@@ -208,6 +244,8 @@ pub enum Wakeup {
     /// The doorbell was signalled (possibly by a stale signal: re-check).
     Signaled,
     TimedOut,
+    /// The other side is gone ([`Sleeper::sleep_or_hangup`] only).
+    HangUp,
 }
 
 /// Points at a [`WakeWord`] in a segment header; the invariant: valid while
@@ -257,18 +295,29 @@ impl Sleeper {
         timeout: Option<Duration>,
         ready: impl FnOnce() -> bool,
     ) -> io::Result<Wakeup> {
+        self.sleep_or_hangup(timeout, None, ready)
+    }
+
+    /// [`sleep`](Self::sleep), also waking with [`Wakeup::HangUp`] when
+    /// `hangup` (the control socket) hangs up: the other side is gone.
+    pub fn sleep_or_hangup(
+        &self,
+        timeout: Option<Duration>,
+        hangup: Option<BorrowedFd<'_>>,
+        ready: impl FnOnce() -> bool,
+    ) -> io::Result<Wakeup> {
         let word = self.word.get();
         word.announce_sleep();
         if ready() {
             word.end_sleep();
             return Ok(Wakeup::Ready);
         }
-        let signaled = self.bell.wait(timeout);
+        let ring = self.bell.wait_or_hangup(timeout, hangup);
         word.end_sleep();
-        Ok(if signaled? {
-            Wakeup::Signaled
-        } else {
-            Wakeup::TimedOut
+        Ok(match ring? {
+            Ring::Rung => Wakeup::Signaled,
+            Ring::TimedOut => Wakeup::TimedOut,
+            Ring::HangUp => Wakeup::HangUp,
         })
     }
 

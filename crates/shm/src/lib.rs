@@ -48,7 +48,7 @@ mod segment;
 pub mod control;
 
 #[cfg(not(loom))]
-pub use event::{Doorbell, Doorbells, Notifier, Sleeper, Wakeup};
+pub use event::{Doorbell, Doorbells, Notifier, Ring, Sleeper, Wakeup};
 #[cfg(not(loom))]
 pub use layout::{
     ConfigError, IndexLine, Layout, RingHead, RingId, RingInfo, SegmentConfig, SegmentError,

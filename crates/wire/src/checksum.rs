@@ -109,6 +109,46 @@ pub fn fold(mut acc: u64) -> u16 {
     acc as u16
 }
 
+/// Finishes the TCP or UDP checksum of an Ethernet frame (untagged or behind one
+/// 802.1Q tag) carrying IPv4 whose sender left it to the hardware: Linux hands such
+/// frames over a veth or to a packet socket with the field holding only the
+/// pseudo-header sum (`CHECKSUM_PARTIAL`, `TP_STATUS_CSUMNOTREADY`). The sum over the
+/// transport header and data, that field included, is the checksum's complement.
+/// Returns false, leaving the frame alone, if it is not such a frame or is cut short.
+pub fn complete_partial(frame: &mut [u8]) -> bool {
+    let mut l3 = 14;
+    if frame.get(12..14) == Some(&[0x81, 0x00]) {
+        l3 = 18;
+    }
+    if frame.get(l3 - 2..l3) != Some(&[0x08, 0x00]) {
+        return false;
+    }
+    let Some(&vhl) = frame.get(l3) else {
+        return false;
+    };
+    let ihl = usize::from(vhl & 0x0f) * 4;
+    let (Some(total), Some(&proto)) = (frame.get(l3 + 2..l3 + 4), frame.get(l3 + 9)) else {
+        return false;
+    };
+    let total = usize::from(u16::from_be_bytes([total[0], total[1]]));
+    let field = match proto {
+        6 => 16,
+        17 => 6,
+        _ => return false,
+    };
+    if vhl >> 4 != 4 || ihl < 20 || total < ihl + field + 2 {
+        return false;
+    }
+    let Some(l4) = frame.get_mut(l3 + ihl..l3 + total) else {
+        return false;
+    };
+    let c = !sum(l4);
+    // RFC 768: a computed zero is sent as all ones (zero means "none").
+    let c = if proto == 17 && c == 0 { 0xffff } else { c };
+    l4[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +216,36 @@ mod tests {
             let c32 = update_u32(c16, old32, new32);
             prop_assert!(same_ones_complement(c32, checksum(&buf[..len])));
         }
+    }
+
+    #[test]
+    fn partial_checksums_are_completed() {
+        use crate::build;
+        use crate::ethernet::MacAddr;
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let good = build::udp_frame(
+            MacAddr([2; 6]),
+            MacAddr([4; 6]),
+            a,
+            b,
+            5,
+            6,
+            b"partial sums",
+        );
+        // What Linux hands over: the field holds the pseudo-header sum alone.
+        let mut f = good.clone();
+        let len = (good.len() - 34) as u16;
+        f[40..42].copy_from_slice(&pseudo_header_sum(a, b, 17, len).to_be_bytes());
+        assert!(complete_partial(&mut f));
+        assert_eq!(f, good);
+        // Behind a VLAN tag, and refusals.
+        let mut tagged = [&f[..12], &[0x81, 0, 0, 5], &f[12..]].concat();
+        tagged[44..46].copy_from_slice(&pseudo_header_sum(a, b, 17, len).to_be_bytes());
+        assert!(complete_partial(&mut tagged));
+        assert_eq!(&tagged[16..], &good[12..]);
+        assert!(!complete_partial(&mut f[..30]));
+        let mut arp = good.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!complete_partial(&mut arp));
     }
 }

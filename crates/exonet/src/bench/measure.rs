@@ -50,6 +50,19 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The `p`th percentile of `v` (0 < p <= 100), nearest rank: the smallest
+/// value that at least `p` percent of the values do not exceed.
+pub fn percentile(v: &mut [f64], p: f64) -> f64 {
+    assert!(
+        !v.is_empty() && p > 0.0 && p <= 100.0,
+        "percentile {p} of {}",
+        v.len()
+    );
+    v.sort_by(f64::total_cmp);
+    let rank = (p / 100.0 * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
 /// Median nanoseconds per frame of `classify` over `frames`.
 pub fn ns_per_frame<R>(
     frames: &[Vec<u8>],
@@ -169,6 +182,15 @@ mod tests {
     fn median_of_odd_and_even() {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn percentile_is_the_nearest_rank() {
+        let mut v: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        assert_eq!(percentile(&mut v, 99.0), 198.0);
+        assert_eq!(percentile(&mut v, 100.0), 200.0);
+        assert_eq!(percentile(&mut v, 50.0), 100.0);
+        assert_eq!(percentile(&mut [7.0], 99.0), 7.0);
     }
 
     #[test]

@@ -17,11 +17,15 @@
 //! - [`dpf`]: the `dpf` suite (DPF against libpcap, hand-written Rust, eBPF);
 //! - [`endpoint`]: the `endpoint` suite (the rings between two processes
 //!   against Unix sockets, pipes and UDP; raw frames over veth with AF_XDP
-//!   and AF_PACKET against kernel UDP), and the processes it starts.
+//!   and AF_PACKET against kernel UDP), and the processes it starts;
+//! - [`udp`]: the `udp` suite (exonet's UDP sockets against Linux's, over
+//!   memwire and veth).
 
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+
+use report::Fail;
 
 pub mod bpf;
 pub mod dpf;
@@ -29,6 +33,7 @@ pub mod endpoint;
 pub mod frames;
 pub mod measure;
 pub mod report;
+pub mod udp;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -45,6 +50,10 @@ pub enum Suite {
     /// pipes and UDP over loopback; raw frames between two multiplexers over
     /// veth (AF_XDP, AF_PACKET) against kernel UDP.
     Endpoint(endpoint::EndpointArgs),
+    /// UDP through exonet's sockets (a daemon and an application on each
+    /// side) against Linux's: round trips over memwire and veth, packet
+    /// and bit rates over veth.
+    Udp(udp::UdpArgs),
 }
 
 /// Options every suite takes.
@@ -81,5 +90,41 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     match &args.suite {
         Suite::Dpf(a) => dpf::run(a),
         Suite::Endpoint(a) => endpoint::run(a),
+        Suite::Udp(a) => udp::run(a),
+    }
+}
+
+/// `exonet bench-child`: the other process of a measurement.
+#[derive(Debug, Args)]
+pub struct ChildArgs {
+    #[command(subcommand)]
+    role: ChildRole,
+}
+
+#[derive(Debug, Subcommand)]
+enum ChildRole {
+    #[command(flatten)]
+    Endpoint(endpoint::ChildRole),
+    #[command(flatten)]
+    Udp(udp::ChildRole),
+}
+
+/// Runs a child's role. Exit status 0, [`endpoint::peer::EXIT_SKIP`] if it
+/// cannot run here, 1 on any other failure; the reason on stderr.
+pub fn child(args: &ChildArgs) -> ExitCode {
+    let r = match &args.role {
+        ChildRole::Endpoint(role) => endpoint::child(role),
+        ChildRole::Udp(role) => udp::child(role),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail::Skip(why)) => {
+            eprintln!("{why}");
+            ExitCode::from(endpoint::peer::EXIT_SKIP)
+        }
+        Err(Fail::Error(e)) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
     }
 }

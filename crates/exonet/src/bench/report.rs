@@ -171,6 +171,16 @@ impl Reporter {
         self.notes.push(line);
     }
 
+    /// The value `system` measured for `case` in `metric`, if it did.
+    pub fn value(&self, case: &str, system: &str, metric: &str) -> Option<f64> {
+        self.records.iter().find_map(|r| match r.outcome {
+            Outcome::Value(v) if r.case == case && r.system == system && r.metric == metric => {
+                Some(v)
+            }
+            _ => None,
+        })
+    }
+
     /// Whether any system reported an error.
     pub fn failed(&self) -> bool {
         self.records.iter().any(|r| {
@@ -196,32 +206,36 @@ impl Reporter {
             .iter()
             .filter(|r| systems.contains(&r.system.as_str()))
             .collect();
+        // A case that reports several metrics has a row for each; a skip
+        // shows in every row of its case.
         let mut cases: Vec<(&str, &str)> = Vec::new();
         for r in &records {
-            if !cases.iter().any(|c| c.0 == r.case) {
+            if !cases.iter().any(|c| c.0 == r.case && c.1 == r.metric) {
                 cases.push((&r.case, &r.metric));
             }
         }
         if cases.is_empty() {
             return String::new();
         }
-        let find = |case: &str, system: &str| {
-            records
-                .iter()
-                .find(|r| r.case == case && r.system == system)
+        let find = |case: &str, metric: &str, system: &str| {
+            records.iter().find(|r| {
+                r.case == case
+                    && r.system == system
+                    && (r.metric == metric || matches!(r.outcome, Outcome::Skipped(_)))
+            })
         };
         let mut rows: Vec<Vec<String>> = Vec::new();
         let mut head = vec!["case".to_string(), "metric".to_string()];
         head.extend(systems.iter().map(|s| s.to_string()));
         rows.push(head);
         for (case, metric) in &cases {
-            let base = match find(case, baseline).map(|r| &r.outcome) {
+            let base = match find(case, metric, baseline).map(|r| &r.outcome) {
                 Some(Outcome::Value(v)) if *v > 0.0 => Some(*v),
                 _ => None,
             };
             let mut row = vec![case.to_string(), metric.to_string()];
             for system in systems {
-                row.push(match find(case, system).map(|r| &r.outcome) {
+                row.push(match find(case, metric, system).map(|r| &r.outcome) {
                     None => "-".to_string(),
                     Some(Outcome::Value(v)) => match base {
                         Some(b) if *system != baseline => {
@@ -381,5 +395,29 @@ mod tests {
             Outcome::Error("disagrees".into()),
         );
         assert!(r.failed());
+    }
+
+    #[test]
+    fn table_has_a_row_per_metric_of_a_case() {
+        let mut r = Reporter::new("udp", true);
+        r.push("rtt", "exonet", "us_rtt", Outcome::Value(10.0));
+        r.push("rtt", "exonet", "us_rtt_p99", Outcome::Value(20.0));
+        r.push("rtt", "linux", "us_rtt", Outcome::Value(15.0));
+        r.push("rtt", "linux", "us_rtt_p99", Outcome::Value(60.0));
+        r.push("rtt", "busy", "us_rtt", Outcome::Skipped("no".into()));
+        let t = r.table("t", &["exonet", "linux", "busy"], "exonet");
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("rtt")).collect();
+        assert_eq!(rows.len(), 2, "{t}");
+        assert!(
+            rows[0].contains("us_rtt ") && rows[0].contains("15.0 (1.50x)"),
+            "{t}"
+        );
+        assert!(
+            rows[1].contains("us_rtt_p99") && rows[1].contains("60.0 (3.00x)"),
+            "{t}"
+        );
+        assert!(rows.iter().all(|r| r.ends_with("skipped")), "{t}");
+        assert_eq!(r.value("rtt", "linux", "us_rtt_p99"), Some(60.0));
+        assert_eq!(r.value("rtt", "busy", "us_rtt"), None);
     }
 }

@@ -6,8 +6,11 @@
 //! new connections, DNS and NTP replies, RPC servers, pings, ARP, traffic for
 //! other hosts, non-first fragments, IPv6) is classified by the JIT and by
 //! the interpreter; the demo checks they agree and prints who got what and
-//! how long a frame took. Then two such hosts, each a multiplexer with an
-//! application on an endpoint, talk over an in-memory cable ([`hosts`]).
+//! how long a frame took. Then two such hosts talk over an in-memory cable:
+//! first raw frames between two multiplexers on one thread ([`raw`]), then
+//! applications on the protocol library's sockets, each host a multiplexer
+//! daemon on its own thread ([`tour`]). With `--veth`, the sockets tour runs
+//! against Linux instead ([`veth`]).
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
@@ -15,13 +18,16 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
+use exonet::hosts::{two_hosts, A, B};
 use exonet_dpf::{tcpdump, Dpf, Engine, FilterId};
 use exonet_wire::build;
 use exonet_wire::ethernet::MacAddr;
 use exonet_wire::rng::SplitMix64;
 use exonet_wire::tcp::flags;
 
-mod hosts;
+mod raw;
+mod tour;
+mod veth;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -31,9 +37,14 @@ pub struct DemoArgs {
     /// Seed of the traffic mix.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// UDP round trips between the two hosts.
-    #[arg(long, default_value_t = 20_000)]
+    /// Round trips of each measurement between the two hosts (pings, UDP
+    /// echoes; the 20 kB datagram makes a twentieth as many).
+    #[arg(long, default_value_t = 1_000)]
     pub round_trips: usize,
+    /// Run the sockets tour against Linux in a network namespace over a
+    /// veth pair instead (needs root).
+    #[arg(long)]
+    pub veth: bool,
 }
 
 const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -183,6 +194,21 @@ pub fn run(args: &DemoArgs) -> ExitCode {
 }
 
 fn run_inner(args: &DemoArgs) -> Result<(), String> {
+    let n = args.round_trips.max(1);
+    if args.veth {
+        return veth::tour(n);
+    }
+    dpf_tour(args)?;
+    let raw = raw::tour(n)?;
+    sockets(n, raw)?;
+    println!("\nnext: `exonet demo --veth` (root) runs the sockets tour against Linux;");
+    println!("      `exonet bench dpf` compares with libpcap, hand-written Rust and eBPF;");
+    println!("      `exonet bench endpoint` times the rings against the kernel's paths;");
+    println!("      `exonet filter 'tcp and dst port 80' --explain` shows the trie and code.");
+    Ok(())
+}
+
+fn dpf_tour(args: &DemoArgs) -> Result<(), String> {
     let apps = applications();
     let mut jit = Dpf::with_engine(Engine::Jit);
     let mut interp = Dpf::with_engine(Engine::Interp);
@@ -258,9 +284,68 @@ fn run_inner(args: &DemoArgs) -> Result<(), String> {
         interp_ns / jit_ns
     );
     println!("  JIT and interpreter agree on all {} frames", frames.len());
-    hosts::tour(args.round_trips.max(1))?;
-    println!("\nnext: `exonet bench dpf` compares with libpcap, hand-written Rust and eBPF;");
-    println!("      `exonet bench endpoint` times the rings against the kernel's paths;");
-    println!("      `exonet filter 'tcp and dst port 80' --explain` shows the trie and code.");
     Ok(())
 }
+
+/// The sockets tour between two in-process daemons on a memwire; `raw`, the
+/// raw part's round trips, goes in the table as the floor.
+fn sockets(n: usize, raw: Vec<std::time::Duration>) -> Result<(), String> {
+    let h = two_hosts("demo").map_err(|e| format!("two hosts on a memwire: {e}"))?;
+    let (a_busy, a_sleeping) = (
+        tour::open(h.a.socket(), &tour::busy())?,
+        tour::open(h.a.socket(), &tour::sleeping())?,
+    );
+    let (b_busy, b_sleeping) = (
+        tour::open(h.b.socket(), &tour::busy())?,
+        tour::open(h.b.socket(), &tour::sleeping())?,
+    );
+    println!(
+        "\ntwo hosts on a memwire, each a multiplexer daemon on its own thread (A {A}, B {B});\n\
+         applications on their own endpoints through the protocol library's sockets:\n\
+         A pings B (B's multiplexer answers), then sends UDP to echo applications on B,\n\
+         busy-polling (port {BUSY_PORT}) and sleeping (port {SLEEPING_PORT}), {n} round trips each"
+    );
+    let target = tour::Target {
+        addr: B,
+        busy_port: BUSY_PORT,
+        sleeping_port: SLEEPING_PORT,
+    };
+    let echoes = [
+        tour::Echo::start(&b_busy, BUSY_PORT)?,
+        tour::Echo::start(&b_sleeping, SLEEPING_PORT)?,
+    ];
+    let measured = tour::client_rows(&a_busy, &a_sleeping, &target, n)?;
+    for e in echoes {
+        e.stop()?;
+    }
+    let closed = std::net::SocketAddrV4::new(B, tour::CLOSED_PORT);
+    let refused = tour::refused(&a_sleeping, closed)?;
+    println!(
+        "a connected socket to {closed}, where nobody listens: \"{refused}\" \
+         (B's multiplexer answered ICMP port unreachable)"
+    );
+    let mut rows: Vec<tour::Row> = tour::labels()
+        .into_iter()
+        .zip(measured)
+        .map(|(label, s)| tour::Row {
+            label,
+            cells: vec![s],
+        })
+        .collect();
+    rows.push(tour::Row {
+        label: "UDP 4 B raw frames, one thread".into(),
+        cells: vec![tour::Summary::of(raw)],
+    });
+    tour::print_rtts(&["A -> B"], &rows);
+    tour::print_stacks(&[
+        ("A busy", &a_busy),
+        ("A sleeping", &a_sleeping),
+        ("B busy", &b_busy),
+        ("B sleeping", &b_sleeping),
+    ]);
+    tour::print_muxes(&[("A", h.a.socket()), ("B", h.b.socket())])
+}
+
+/// The echo applications' ports on B.
+const BUSY_PORT: u16 = 7;
+const SLEEPING_PORT: u16 = 8;

@@ -17,7 +17,7 @@ mod sock;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub use msg::{
 };
 pub use sock::{PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
-use crate::{AppEndpoint, Doorbells, Segment, SegmentConfig};
+use crate::{AppEndpoint, Doorbells, Segment, SegmentConfig, Wakeup};
 
 /// Where the daemon listens unless told otherwise: `$EXONET_SOCKET`, else
 /// `/run/exonet/control.sock` for root, else
@@ -342,43 +342,14 @@ impl Client {
         timeout: Option<Duration>,
         ready: impl FnOnce() -> bool,
     ) -> Result<bool, ControlError> {
-        ep.wake.announce_sleep();
-        if ready() {
-            ep.wake.end_sleep();
-            return Ok(true);
+        match ep
+            .wake
+            .sleep_or_hangup(timeout, Some(self.sock.as_fd()), ready)?
+        {
+            Wakeup::HangUp => Err(ControlError::Disconnected),
+            Wakeup::Ready | Wakeup::Signaled => Ok(true),
+            Wakeup::TimedOut => Ok(false),
         }
-        let mut fds = [
-            libc::pollfd {
-                fd: ep.wake.doorbell().as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLRDHUP,
-                revents: 0,
-            },
-        ];
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
-        // SAFETY: two live pollfds for the call's duration.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        ep.wake.end_sleep();
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(true)
-            } else {
-                Err(e.into())
-            };
-        }
-        if fds[1].revents != 0 {
-            return Err(ControlError::Disconnected);
-        }
-        if fds[0].revents != 0 {
-            ep.wake.doorbell().wait(Some(Duration::ZERO))?;
-            return Ok(true);
-        }
-        Ok(false)
     }
 
     fn expect_ok(&mut self, req: &Request) -> Result<(), ControlError> {

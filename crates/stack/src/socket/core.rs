@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     tx_stats: TxStats,
     /// A thread sleeps on the doorbell.
     pub sleeping: bool,
+    /// Threads waiting for the sleeper to wake them.
+    pub followers: usize,
 }
 
 /// Why a send did not happen now.
@@ -253,6 +255,7 @@ impl Inner {
             udp_stats: UdpStats::default(),
             tx_stats: TxStats::default(),
             sleeping: false,
+            followers: 0,
         };
         inner.give_back()?;
         Ok((inner, app.wake))

@@ -20,13 +20,13 @@ mod udp;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use exonet_shm::control::{default_socket_path, Client, ControlError, HostInfo};
-use exonet_shm::Sleeper;
+use exonet_shm::{Sleeper, Wakeup};
 
 use crate::arp::ArpConfig;
 use crate::reasm::ReasmConfig;
@@ -254,11 +254,13 @@ impl Shared {
                 // the cap covers its leaving without data for us.
                 let cap = Duration::from_millis(10);
                 let d = timeout.map_or(cap, |x| x.min(cap));
+                g.followers += 1;
                 g = self
                     .woken
                     .wait_timeout(g, d)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                g.followers -= 1;
                 continue;
             }
             g.sleeping = true;
@@ -275,7 +277,9 @@ impl Shared {
             };
             g = self.lock();
             g.sleeping = false;
-            self.woken.notify_all();
+            if g.followers > 0 {
+                self.woken.notify_all();
+            }
             slept?;
         }
     }
@@ -318,48 +322,17 @@ impl Shared {
     /// One sleep on the doorbell, by the endpoint's protocol: flag, re-check,
     /// block, clear. Also wakes if the multiplexer goes away.
     fn sleep(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.wake.announce_sleep();
-        if self.lock().has_work() {
-            self.wake.end_sleep();
-            return Ok(());
-        }
-        let mut fds = [
-            libc::pollfd {
-                fd: self.wake.doorbell().as_fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.hangup.unwrap_or(-1),
-                events: libc::POLLRDHUP,
-                revents: 0,
-            },
-        ];
-        // Round up, so a short timer does not turn into a busy loop.
-        let ms = timeout.map_or(-1, |t| {
-            t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-        });
-        // SAFETY: two live pollfds for the call's duration (poll skips a
-        // negative fd); the hang-up descriptor belongs to the multiplexer
-        // handle, which this `Shared` keeps alive.
+        // SAFETY: the hang-up descriptor belongs to the multiplexer handle,
+        // which this `Shared` keeps alive longer than the borrow.
         #[allow(unsafe_code)]
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        self.wake.end_sleep();
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
+        let hangup = self.hangup.map(|fd| unsafe { BorrowedFd::borrow_raw(fd) });
+        match self
+            .wake
+            .sleep_or_hangup(timeout, hangup, || self.lock().has_work())?
+        {
+            Wakeup::HangUp => Err(ControlError::Disconnected.into()),
+            _ => Ok(()),
         }
-        if fds[1].revents != 0 {
-            return Err(ControlError::Disconnected.into());
-        }
-        if fds[0].revents != 0 {
-            self.wake.doorbell().drain()?;
-        }
-        Ok(())
     }
 }
 

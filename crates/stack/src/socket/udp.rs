@@ -4,7 +4,7 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::time::Duration;
 
-use super::core::{Kind, MAX_UDP_PAYLOAD};
+use super::core::{Kind, SendError, MAX_UDP_PAYLOAD};
 use super::{v4, Stack, Wait};
 use crate::udp::copy_and_sum;
 
@@ -93,6 +93,72 @@ impl UdpSocket {
             .shared()
             .send(self.id, *to.ip(), |g| g.send_udp(self.id, to, buf))?;
         Ok(buf.len())
+    }
+
+    /// Sends several datagrams to the connected peer in one call, as
+    /// `sendmmsg(2)` does: returns how many went, which is all of them unless
+    /// the socket is non-blocking (or its write timeout passes) and the send
+    /// buffers run out after the first. An in-process multiplexer is driven once
+    /// for the whole batch.
+    pub fn send_many(&self, bufs: &[&[u8]]) -> io::Result<usize> {
+        let shared = self.stack.shared();
+        let (peer, nonblocking) = {
+            let g = shared.lock();
+            let s = g.sock(self.id);
+            (s.peer.ok_or(io::ErrorKind::NotConnected)?, s.nonblocking)
+        };
+        if let Some(b) = bufs.iter().find(|b| b.len() > MAX_UDP_PAYLOAD) {
+            return Err(too_long(b.len()));
+        }
+        let mut sent = 0;
+        let r = shared.send(self.id, *peer.ip(), |g| {
+            while let Some(b) = bufs.get(sent) {
+                match g.send_udp(self.id, peer, b) {
+                    Ok(()) => sent += 1,
+                    Err(SendError::Full) if sent > 0 && nonblocking => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+        match r {
+            Err(_) if sent > 0 => Ok(sent),
+            r => r.map(|()| sent),
+        }
+    }
+
+    /// Receives up to `bufs.len()` datagrams, as `recvmmsg(2)` does: waits for the
+    /// first as [`recv_from`](Self::recv_from), then takes those already queued.
+    /// Each one's length and sender go to `meta`; returns how many came.
+    pub fn recv_many(
+        &self,
+        bufs: &mut [&mut [u8]],
+        meta: &mut [(usize, SocketAddr)],
+    ) -> io::Result<usize> {
+        let max = bufs.len().min(meta.len());
+        if max == 0 {
+            return Ok(0);
+        }
+        let mut got = 0;
+        self.wait_readable(|g, id| {
+            while got < max {
+                let buf = &mut *bufs[got];
+                let len = buf.len();
+                let r = g.take(id, true, |bytes, from, _| {
+                    let n = bytes.len().min(len);
+                    let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
+                    ((n, SocketAddr::V4(from)), sum, n)
+                });
+                match r {
+                    Some(m) => {
+                        meta[got] = m;
+                        got += 1;
+                    }
+                    None => break,
+                }
+            }
+            (got > 0).then_some(got)
+        })
     }
 
     /// Receives one datagram into `buf` (the rest of a longer one is discarded, as
@@ -245,6 +311,13 @@ impl std::fmt::Debug for UdpSocket {
             .field("channel", &s.channel)
             .finish()
     }
+}
+
+fn too_long(len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{len} bytes exceed a UDP datagram's {MAX_UDP_PAYLOAD}"),
+    )
 }
 
 /// std refuses a zero timeout the same way.

@@ -107,7 +107,7 @@ fn socket_wires(ours: File, theirs: OwnedFd) -> Result<Wires, Fail> {
 }
 
 /// A non-blocking pipe: (read end, write end).
-fn pipe() -> Result<(OwnedFd, OwnedFd), Fail> {
+pub fn pipe() -> Result<(OwnedFd, OwnedFd), Fail> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the live array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {

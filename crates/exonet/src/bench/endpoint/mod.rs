@@ -56,10 +56,10 @@ use clap::{Args, Subcommand};
 use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
 
-mod kernel;
+pub mod kernel;
 pub mod peer;
 mod ring;
-mod veth;
+pub mod veth;
 
 #[derive(Debug, Args)]
 pub struct EndpointArgs {
@@ -85,7 +85,7 @@ const RING_SYSTEMS: [&str; 7] = [
 ];
 
 /// For `map_err`: any error as `Fail::Error("<what>: <e>")`.
-fn error<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> Fail + '_ {
+pub fn error<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> Fail + '_ {
     move |e| Fail::Error(format!("{what}: {e}"))
 }
 
@@ -144,15 +144,9 @@ pub fn run(args: &EndpointArgs) -> ExitCode {
     }
 }
 
-/// `exonet bench-child`: the other process of a measurement.
-#[derive(Debug, Args)]
-pub struct ChildArgs {
-    #[command(subcommand)]
-    role: ChildRole,
-}
-
+/// The suite's roles of `exonet bench-child` (see [`crate::bench::child`]).
 #[derive(Debug, Subcommand)]
-enum ChildRole {
+pub enum ChildRole {
     /// `ring-rtt`, `exonet`: the application, echoing rx to tx.
     RingEcho(ring::RingArgs),
     /// `ring-mpps`: the application, giving the buffers of rx back on free.
@@ -163,24 +157,11 @@ enum ChildRole {
     VethNode(veth::NodeArgs),
 }
 
-/// Runs a child's role. Exit status 0, [`peer::EXIT_SKIP`] if it cannot run
-/// here, 1 on any other failure; the reason on stderr.
-pub fn child(args: &ChildArgs) -> ExitCode {
-    let r = match &args.role {
+pub fn child(role: &ChildRole) -> Result<(), Fail> {
+    match role {
         ChildRole::RingEcho(a) => ring::echo(a),
         ChildRole::RingSink(a) => ring::sink(a),
         ChildRole::FdEcho(a) => kernel::echo(a),
         ChildRole::VethNode(a) => veth::node(a),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail::Skip(why)) => {
-            eprintln!("{why}");
-            ExitCode::from(peer::EXIT_SKIP)
-        }
-        Err(Fail::Error(e)) => {
-            eprintln!("{e}");
-            ExitCode::FAILURE
-        }
     }
 }

@@ -38,22 +38,42 @@ pub fn check_lifetime(deadline: Instant) -> Result<(), Fail> {
     Ok(())
 }
 
-/// `exonet bench-child` (in network namespace `netns`: through `ip netns
-/// exec`, which execs it, so the child is still ours), to which the caller
+/// `exonet bench-child` (in network namespace `netns`), to which the caller
 /// adds the role and its arguments.
 pub fn command(netns: Option<&str>) -> Result<Command, Fail> {
+    let mut cmd = exonet(netns)?;
+    cmd.arg("bench-child");
+    Ok(cmd)
+}
+
+/// This binary (in network namespace `netns`: through `ip netns exec`,
+/// which execs it, so the child is still ours), to which the caller adds
+/// the subcommand and its arguments.
+pub fn exonet(netns: Option<&str>) -> Result<Command, Fail> {
     let exe = std::env::current_exe()
         .map_err(|e| Fail::Error(format!("cannot find the exonet binary: {e}")))?;
-    let mut cmd = match netns {
+    Ok(match netns {
         None => Command::new(exe),
         Some(ns) => {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", ns]).arg(exe);
             c
         }
+    })
+}
+
+/// Whether `name` is `<prefix><pid>...` for a process that is gone: what a
+/// run killed before it could clean up left behind (a run's own cleanup
+/// does not survive SIGKILL). A pid in use again is taken as alive.
+pub fn left_by_dead_run(name: &str, prefix: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix) else {
+        return false;
     };
-    cmd.arg("bench-child");
-    Ok(cmd)
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next();
+    match digits.and_then(|d| d.parse::<u32>().ok()) {
+        Some(pid) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        None => false,
+    }
 }
 
 /// A running child, killed (if still running) and reaped on drop, so that

@@ -87,14 +87,14 @@ pub enum Role {
 }
 
 /// One end of the veth pair.
-struct End {
-    mac: [u8; 6],
-    kernel_ip: Ipv4Addr,
-    exonet_ip: Ipv4Addr,
-    port: u16,
+pub struct End {
+    pub mac: [u8; 6],
+    pub kernel_ip: Ipv4Addr,
+    pub exonet_ip: Ipv4Addr,
+    pub port: u16,
 }
 
-const ENDS: [End; 2] = [
+pub const ENDS: [End; 2] = [
     End {
         mac: [0x02, 0x77, 0, 0, 0, 0x01],
         kernel_ip: Ipv4Addr::new(10, 77, 90, 1),
@@ -163,7 +163,7 @@ pub fn run(budget: &Budget, rep: &mut Reporter) {
 }
 
 /// Runs `ip` with `args`, at most [`PATIENCE`].
-fn ip(args: &[&str]) -> Result<(), Fail> {
+pub fn ip(args: &[&str]) -> Result<(), Fail> {
     let mut cmd = Command::new("ip");
     cmd.args(args);
     Peer::spawn(cmd, &[], &format!("ip {}", args.join(" ")))?
@@ -172,14 +172,16 @@ fn ip(args: &[&str]) -> Result<(), Fail> {
 }
 
 /// Two network namespaces (`exo-bench-<pid>-a`, `-b`) with a veth pair
-/// between them; deleted on drop, with the pair.
-struct Net {
-    namespaces: Vec<String>,
-    ifnames: [String; 2],
+/// between them, the kernel's addresses of [`ENDS`] on its ends; deleted on
+/// drop, with the pair (or by the next run, if this one is killed).
+pub struct Net {
+    pub namespaces: Vec<String>,
+    pub ifnames: [String; 2],
 }
 
 impl Net {
-    fn create() -> Result<Net, Fail> {
+    pub fn create() -> Result<Net, Fail> {
+        Net::sweep();
         let pid = std::process::id();
         let mut net = Net {
             namespaces: Vec::new(),
@@ -233,6 +235,21 @@ impl Net {
             ip(&["-n", &ns[i], "link", "set", &ifs[i], "up"])?;
         }
         Ok(net)
+    }
+
+    /// Deletes the namespaces (and so the pairs) of runs that were killed.
+    fn sweep() {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "list"]);
+        let Ok(list) = Peer::spawn(cmd, &[], "ip netns list").and_then(|mut p| p.finish(PATIENCE))
+        else {
+            return;
+        };
+        for ns in list.lines().filter_map(|l| l.split_whitespace().next()) {
+            if peer::left_by_dead_run(ns, "exo-bench-") {
+                let _ = ip(&["netns", "del", ns]);
+            }
+        }
     }
 
     /// The command that runs `role` of `system` at its end of the pair.
@@ -475,7 +492,7 @@ impl KernelUdp {
 
 /// Not an error here: no room yet, a signal, or the ICMP "port
 /// unreachable" of a probe sent before the other side was up.
-fn transient(e: &std::io::Error) -> bool {
+pub fn transient(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         ErrorKind::WouldBlock | ErrorKind::Interrupted | ErrorKind::ConnectionRefused

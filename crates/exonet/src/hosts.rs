@@ -1,0 +1,39 @@
+//! Two hosts on an in-memory cable in this process, each a multiplexer daemon
+//! on a thread of its own ([`Daemon::spawn`]) that applications reach through
+//! its control socket, as they would a separate `exonet daemon`. The demo's
+//! sockets tour and the stack's tests both stand on it.
+
+use std::io;
+use std::net::Ipv4Addr;
+
+use exonet_link::memwire;
+use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
+
+/// Host A's address.
+pub const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// Host B's address.
+pub const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+
+/// The two daemons; both stop (and remove their sockets) when this drops.
+pub struct TwoHosts {
+    pub a: Running,
+    pub b: Running,
+}
+
+/// Starts A and B joined by a memwire. `name` keeps the control sockets
+/// apart from those of other pairs, in this process and in others.
+pub fn two_hosts(name: &str) -> io::Result<TwoHosts> {
+    let (x, y) = memwire::pair()?;
+    Ok(TwoHosts {
+        a: daemon(&format!("{name}-a"), x, A)?,
+        b: daemon(&format!("{name}-b"), y, B)?,
+    })
+}
+
+fn daemon(name: &str, link: memwire::MemWire, ip: Ipv4Addr) -> io::Result<Running> {
+    let path = std::env::temp_dir().join(format!("exonet-{}-{name}.sock", std::process::id()));
+    Daemon::spawn(
+        move || Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default())),
+        DaemonConfig::new(path, vec![(ip, 24)]),
+    )
+}

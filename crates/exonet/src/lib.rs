@@ -1,0 +1,3 @@
+//! What the `exonet` binary shares with the tests that drive it.
+
+pub mod hosts;
