@@ -132,12 +132,25 @@ fn tools_and_linux_peers_over_afxdp() {
 }
 
 #[test]
-fn hostile_udp_input_is_counted_and_forgotten() {
+fn hostile_udp_input_over_afpacket() {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
-    let mut rig = Rig::new("afpacket", ":frames", 53);
+    hostile_udp_input_is_counted_and_forgotten("afpacket", ":frames", 53);
+}
+
+#[test]
+fn hostile_udp_input_over_afxdp() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    hostile_udp_input_is_counted_and_forgotten("afxdp", "", 54);
+}
+
+fn hostile_udp_input_is_counted_and_forgotten(link: &str, suffix: &str, subnet: u8) {
+    let mut rig = Rig::new(link, suffix, subnet);
     let mut out = echo_on(&mut rig);
     let script = scapy_script("udp_hostile.py");
     let py = run(rig.linux("/usr/bin/python3").arg(script).args([
