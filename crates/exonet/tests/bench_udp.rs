@@ -45,7 +45,13 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
         }
     }
     for case in ["udp-tput-veth-64", "udp-tput-veth-1472"] {
-        for system in ["exonet-inproc", "exonet", "linux"] {
+        for system in [
+            "exonet-inproc",
+            "exonet-inproc-busy",
+            "exonet",
+            "linux",
+            "linux-busy",
+        ] {
             for metric in ["mpps", "gbps"] {
                 want.push((case, system, metric, true));
             }

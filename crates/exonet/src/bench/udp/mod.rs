@@ -384,8 +384,10 @@ fn veth_systems(case: &str) -> &'static [(&'static str, Stack)] {
     } else {
         &[
             ("exonet-inproc", Stack::ExonetInproc),
+            ("exonet-inproc-busy", Stack::ExonetInprocBusy),
             ("exonet", Stack::Exonet),
             ("linux", Stack::Linux),
+            ("linux-busy", Stack::LinuxBusy),
         ]
     }
 }
