@@ -11,8 +11,12 @@ mod bench;
 mod daemon;
 mod demo;
 mod filter_cmd;
+mod ping;
 mod raw_echo;
 mod stats_cmd;
+mod tool;
+mod udp_echo;
+mod udp_send;
 
 #[derive(Debug, Parser)]
 #[command(name = "exonet", version, about = "User-level networking for Linux")]
@@ -39,6 +43,13 @@ enum Command {
     Stats(stats_cmd::StatsArgs),
     /// An application that answers UDP frames on a port, raw.
     RawEcho(raw_echo::RawEchoArgs),
+    /// Ping a host from an application (ICMP echo on the protocol library).
+    Ping(ping::PingArgs),
+    /// A UDP echo server on the protocol library; prints its counters as
+    /// JSON when it stops.
+    UdpEcho(udp_echo::UdpEchoArgs),
+    /// Send numbered datagrams to a UDP echo server and measure round trips.
+    UdpSend(udp_send::UdpSendArgs),
     /// The other process of a two-process benchmark, started by `exonet
     /// bench`.
     #[command(hide = true)]
@@ -54,6 +65,9 @@ fn main() -> ExitCode {
         Command::Daemon(args) => daemon::run(&args),
         Command::Stats(args) => stats_cmd::run(&args),
         Command::RawEcho(args) => raw_echo::run(&args),
+        Command::Ping(args) => ping::run(&args),
+        Command::UdpEcho(args) => udp_echo::run(&args),
+        Command::UdpSend(args) => udp_send::run(&args),
         Command::BenchChild(args) => bench::child(&args),
     }
 }

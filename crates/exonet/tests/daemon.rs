@@ -6,9 +6,9 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 
+use common::daemons::{count, daemon, exonet, field, signal, stats, Procs};
 use common::until;
 use exonet_shm::control::{Client, PROTO_UDP};
 use exonet_shm::{Desc, SegmentConfig, INLINE_MAX};
@@ -18,74 +18,10 @@ use exonet_wire::ethernet::MacAddr;
 const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 
-fn exonet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_exonet"))
-}
-
-/// Children killed when the test ends, however it ends.
-struct Procs(Vec<Child>, PathBuf);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn daemon(dir: &Path, name: &str, ip: &str) -> Child {
-    let sock = dir.join(format!("{name}.sock"));
-    let c = exonet()
-        .args(["daemon", "--link"])
-        .arg(format!("memwire:{}", dir.join("wire").display()))
-        .args(["--ip", ip, "--socket"])
-        .arg(&sock)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    until("the daemon listens", || Client::connect(&sock).is_ok());
-    c
-}
-
-fn stats(sock: &Path) -> Vec<String> {
-    let out = exonet()
-        .args(["stats", "--json", "--socket"])
-        .arg(sock)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "exonet stats failed");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-fn count(lines: &[String], kind: &str) -> usize {
-    let tag = format!("\"kind\":\"{kind}\"");
-    lines.iter().filter(|l| l.contains(&tag)).count()
-}
-
-fn field(lines: &[String], kind: &str, name: &str) -> u64 {
-    let tag = format!("\"kind\":\"{kind}\"");
-    let key = format!("\"{name}\":");
-    lines
-        .iter()
-        .filter(|l| l.contains(&tag))
-        .filter_map(|l| {
-            let rest = &l[l.find(&key)? + key.len()..];
-            rest.split([',', '}']).next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 #[test]
 fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
-    let dir = std::env::temp_dir().join(format!("exonet-daemon-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = Procs(Vec::new(), dir.clone());
+    let mut procs = Procs::new("daemon");
+    let dir = procs.1.clone();
     procs.0.push(daemon(&dir, "a", "10.0.0.1/24"));
     procs.0.push(daemon(&dir, "b", "10.0.0.2/24"));
     let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
@@ -163,8 +99,7 @@ fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
 
     // SIGTERM stops daemon A cleanly; B's application is unaffected.
     let mut a = procs.0.remove(0);
-    // SAFETY: signals our own child.
-    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    signal(&a, libc::SIGTERM);
     let status = a.wait().unwrap();
     assert!(status.success(), "daemon A exits cleanly: {status}");
     assert!(!sa.exists(), "daemon A removed its socket");

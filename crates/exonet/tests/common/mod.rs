@@ -1,5 +1,11 @@
 //! Shared by the tests that run the binary's processes.
 
+// Each test binary uses only some of these helpers.
+#[allow(dead_code)]
+pub mod daemons;
+#[allow(dead_code)]
+pub mod netns;
+
 use std::time::{Duration, Instant};
 
 /// Waits, bounded in time, until `f` holds; `what` names it when it never does.

@@ -1,0 +1,201 @@
+//! The socket tools against real Linux peers over veth (root only;
+//! "skipped: needs root" otherwise), on the rig of tests/veth.rs: Linux
+//! `ping`, `nc -u` and `socat` to `exonet udp-echo`; `exonet ping` to Linux
+//! (also fragmented); an 8000-byte datagram from scapy in fragments out
+//! of order; hostile input, after which the host still answers, the drops
+//! are counted and the library holds no memory.
+
+mod common;
+
+use common::daemons::{echo_stats, exonet, field, json_u64, stats, stop_echo, text, udp_echo};
+use common::netns::{is_root, run, scapy_script, stat, Rig};
+use common::until;
+
+/// `exonet udp-echo` on port 7 of the rig's daemon, incomplete datagrams
+/// given up after a second.
+fn echo_on(rig: &mut Rig) -> std::io::BufReader<std::process::ChildStdout> {
+    let (echo, out) = udp_echo(&rig.sock, &["--port", "7", "--reasm-timeout", "1000"]);
+    rig.procs.push(echo);
+    out
+}
+
+/// Linux's `ping` to the daemon, `nc -u` and `socat` to the echo server.
+fn linux_tools_answered(rig: &Rig) {
+    let exo = &rig.exo_ip;
+    let out = run(rig
+        .linux("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", exo]));
+    assert!(
+        text(&out.stdout).contains("3 received"),
+        "{}",
+        text(&out.stdout)
+    );
+    let nc = format!("printf hello-nc | nc -u -w 1 {exo} 7");
+    let out = run(rig.linux("sh").args(["-c", &nc]));
+    assert_eq!(text(&out.stdout), "hello-nc");
+    let socat = format!("printf hello-socat | socat -t 1 - UDP4:{exo}:7");
+    let out = run(rig.linux("sh").args(["-c", &socat]));
+    assert_eq!(text(&out.stdout), "hello-socat");
+}
+
+fn tools_and_linux_peers(link: &str, suffix: &str, subnet: u8) {
+    let mut rig = Rig::new(link, suffix, subnet);
+    let mut out = echo_on(&mut rig);
+    // (tests/veth.rs has Linux's fragmented pings.)
+    linux_tools_answered(&rig);
+
+    // exonet ping to Linux, small and fragmented both ways.
+    for size in ["56", "4000"] {
+        let ping = exonet()
+            .args(["ping", &rig.linux_ip, "--count", "3", "--interval", "100"])
+            .args(["--size", size, "--socket"])
+            .arg(&rig.sock)
+            .output()
+            .unwrap();
+        let s = text(&ping.stdout);
+        assert!(ping.status.success(), "{s}{}", text(&ping.stderr));
+        assert!(
+            s.contains("3 packets transmitted, 3 received, 0% packet loss"),
+            "{s}"
+        );
+    }
+
+    // exonet udp-send to a Linux echo server (socat), in fragments both
+    // ways; one datagram outstanding, so that socat's pipe never joins two.
+    let echo_addr = format!("{}:7000", rig.linux_ip);
+    let socat = rig
+        .linux("socat")
+        .args([&format!("UDP4-LISTEN:7000,bind={}", rig.linux_ip), "PIPE"])
+        .spawn()
+        .unwrap();
+    rig.procs.push(socat);
+    until("socat listens", || {
+        let ss = run(rig.linux("ss").args(["-uln"]));
+        text(&ss.stdout).contains(&echo_addr)
+    });
+    let send = exonet()
+        .args([
+            "udp-send", &echo_addr, "--count", "20", "--size", "3000", "--json",
+        ])
+        .arg("--socket")
+        .arg(&rig.sock)
+        .output()
+        .unwrap();
+    let s = text(&send.stdout);
+    assert!(send.status.success(), "{s}{}", text(&send.stderr));
+    assert_eq!(json_u64(&s, "received"), Some(20), "{s}");
+    let mut socat = rig.procs.pop().unwrap();
+    let _ = socat.kill();
+    let _ = socat.wait();
+
+    let script = scapy_script("udp_frag_echo.py");
+    let py = run(rig.linux("/usr/bin/python3").arg(script).args([
+        &rig.vl,
+        &rig.exo_ip,
+        &rig.exo_mac(),
+        "7",
+        "8000",
+    ]));
+    assert!(
+        text(&py.stdout).contains("echoed 8000 bytes"),
+        "{}",
+        text(&py.stdout)
+    );
+
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
+    for (k, at_least) in [("answered", 3), ("reassembled", 1)] {
+        assert!(json_u64(&last, k).unwrap() >= at_least, "{k}: {last}");
+    }
+    for k in ["bad_checksum", "reasm_bytes", "queued"] {
+        assert_eq!(json_u64(&last, k), Some(0), "{k}: {last}");
+    }
+    assert!(stat(&rig.sock, "host", "echo_replies") >= 3);
+    assert!(rig.daemon_alive());
+}
+
+#[test]
+fn tools_and_linux_peers_over_afpacket() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tools_and_linux_peers("afpacket", ":frames", 51);
+}
+
+#[test]
+fn tools_and_linux_peers_over_afxdp() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tools_and_linux_peers("afxdp", "", 52);
+}
+
+#[test]
+fn hostile_udp_input_over_afpacket() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    hostile_udp_input_is_counted_and_forgotten("afpacket", ":frames", 53);
+}
+
+#[test]
+fn hostile_udp_input_over_afxdp() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    hostile_udp_input_is_counted_and_forgotten("afxdp", "", 54);
+}
+
+fn hostile_udp_input_is_counted_and_forgotten(link: &str, suffix: &str, subnet: u8) {
+    let mut rig = Rig::new(link, suffix, subnet);
+    let mut out = echo_on(&mut rig);
+    let script = scapy_script("udp_hostile.py");
+    let py = run(rig.linux("/usr/bin/python3").arg(script).args([
+        &rig.vl,
+        &rig.exo_ip,
+        &rig.exo_mac(),
+        "7",
+        "300",
+    ]));
+    assert!(
+        text(&py.stdout).contains("echoed 2/2"),
+        "{}",
+        text(&py.stdout)
+    );
+    // Still a host: ping and echo answered.
+    linux_tools_answered(&rig);
+
+    // The unfinished datagrams are given up after the reassembly timeout.
+    let echo = rig.procs.last().unwrap();
+    let mut seen = String::new();
+    until("the echo server holds no fragments", || {
+        seen = echo_stats(echo, &mut out);
+        json_u64(&seen, "reasm_bytes") == Some(0)
+    });
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
+    for k in [
+        "bad_checksum",
+        "udp_bad_length",
+        "reasm_overlap",
+        "reasm_too_many_fragments",
+        "reasm_timed_out",
+        "icmp_errors_unclaimed",
+    ] {
+        assert!(json_u64(&last, k).unwrap() > 0, "{k}: {last}");
+    }
+    assert!(json_u64(&last, "reasm_timed_out").unwrap() >= 300, "{last}");
+    for k in ["reasm_bytes", "queued"] {
+        assert_eq!(json_u64(&last, k), Some(0), "{k}: {last}");
+    }
+    // `exonet stats`: the multiplexer counted what it could not deliver,
+    // let the flood's heads through and holds no body fragments.
+    let mux = stats(&rig.sock);
+    assert!(field(&mux, "host", "unmatched_dropped") > 0, "{mux:#?}");
+    assert!(field(&mux, "host", "icmp_errors_unclaimed") > 0, "{mux:#?}");
+    assert!(field(&mux, "frag", "heads") >= 300, "{mux:#?}");
+    assert_eq!(field(&mux, "frag", "held_bytes"), 0, "{mux:#?}");
+    assert!(rig.daemon_alive());
+}
