@@ -1,13 +1,15 @@
 //! Two hosts on an in-memory cable in this process, each a multiplexer daemon
 //! on a thread of its own ([`Daemon::spawn`]) that applications reach through
-//! its control socket, as they would a separate `exonet daemon`. The demo's
-//! sockets tour and the stack's tests both stand on it.
+//! its control socket, as they would a separate `exonet daemon`; or each a
+//! multiplexer inside the application ([`InProcess`]), driven by its sockets'
+//! calls. The demo's sockets tour and the stack's tests both stand on it.
 
 use std::io;
 use std::net::Ipv4Addr;
 
 use exonet_link::memwire;
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
+use exonet_mux::{Daemon, DaemonConfig, InProcess, Mux, MuxConfig, Running};
+use exonet_stack::{Stack, StackConfig};
 
 /// Host A's address.
 pub const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -36,4 +38,15 @@ fn daemon(name: &str, link: memwire::MemWire, ip: Ipv4Addr) -> io::Result<Runnin
         move || Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default())),
         DaemonConfig::new(path, vec![(ip, 24)]),
     )
+}
+
+/// A and B joined by a memwire, each a stack whose multiplexer runs in this
+/// process, on the threads that use the stack's sockets.
+pub fn in_process_pair(config: &StackConfig) -> io::Result<(Stack, Stack)> {
+    let (x, y) = memwire::pair()?;
+    let host = |link: memwire::MemWire, ip: Ipv4Addr| {
+        let mux = Mux::new(Box::new(link), vec![ip], MuxConfig::default());
+        Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), config)
+    };
+    Ok((host(x, A)?, host(y, B)?))
 }

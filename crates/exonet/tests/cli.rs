@@ -102,6 +102,8 @@ fn demo_runs_and_engines_agree() {
     assert!(text.contains("refused by the template check"), "{text}");
     assert_rtt_table(&text, 1);
     assert!(text.contains("UDP 4 B raw frames, one thread"), "{text}");
+    assert!(text.contains("ping, in-process multiplexers"), "{text}");
+    assert!(text.contains("UDP 4 B, in-process, busy"), "{text}");
     for counters in ["reassembled", "cksum drops", "echo replies", "frag bodies"] {
         assert!(text.contains(counters), "{text}");
     }

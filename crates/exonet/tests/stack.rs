@@ -5,7 +5,7 @@ use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use exonet::hosts::{two_hosts, A, B};
+use exonet::hosts::{in_process_pair, two_hosts, A, B};
 use exonet_link::memwire::{self, MemWire};
 use exonet_mux::{Mux, MuxConfig, Running};
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
@@ -219,21 +219,10 @@ fn a_20k_datagram_goes_in_fragments_and_comes_back_whole() {
     assert_eq!(sb.stats().reasm_bytes, 0);
 }
 
-/// Stacks whose multiplexers run in their own process, driven by the stacks'
-/// threads (no daemon, no hand-off between threads).
-fn in_process_pair() -> (Stack, Stack) {
-    let (x, y) = memwire::pair().unwrap();
-    let host = |link: MemWire, ip: Ipv4Addr| {
-        let mux = Mux::new(Box::new(link), vec![ip], MuxConfig::default());
-        let m = exonet_mux::InProcess::new(mux, vec![(ip, 24)]);
-        Stack::over(Box::new(m), &StackConfig::default()).unwrap()
-    };
-    (host(x, A), host(y, B))
-}
-
 #[test]
 fn in_process_multiplexers_serve_the_same_sockets() {
-    let (sa, sb) = in_process_pair();
+    // Multiplexers in this process, driven by the sockets' threads.
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
     let server = bound(&sb, 7);
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; 2048];

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Args;
-use exonet::hosts::{two_hosts, A, B};
+use exonet::hosts::{in_process_pair, two_hosts, A, B};
 use exonet_dpf::{tcpdump, Dpf, Engine, FilterId};
 use exonet_wire::build;
 use exonet_wire::ethernet::MacAddr;
@@ -318,6 +318,15 @@ fn sockets(n: usize, raw: Vec<std::time::Duration>) -> Result<(), String> {
     for e in echoes {
         e.stop()?;
     }
+    // The same sockets with the multiplexers inside the applications: no
+    // daemon thread to hand frames to, the sockets' calls drive them.
+    let (ia, ib) = in_process_pair(&tour::busy()).map_err(|e| format!("in process: {e}"))?;
+    let inproc = {
+        let echo = tour::Echo::start(&ib, BUSY_PORT)?;
+        let rows = tour::in_process_rows(&ia, B, BUSY_PORT, n)?;
+        echo.stop()?;
+        rows
+    };
     let closed = std::net::SocketAddrV4::new(B, tour::CLOSED_PORT);
     let refused = tour::refused(&a_sleeping, closed)?;
     println!(
@@ -332,6 +341,7 @@ fn sockets(n: usize, raw: Vec<std::time::Duration>) -> Result<(), String> {
             cells: vec![s],
         })
         .collect();
+    rows.extend(inproc);
     rows.push(tour::Row {
         label: "UDP 4 B raw frames, one thread".into(),
         cells: vec![tour::Summary::of(raw)],
@@ -342,6 +352,8 @@ fn sockets(n: usize, raw: Vec<std::time::Duration>) -> Result<(), String> {
         ("A sleeping", &a_sleeping),
         ("B busy", &b_busy),
         ("B sleeping", &b_sleeping),
+        ("A in process", &ia),
+        ("B in process", &ib),
     ]);
     tour::print_muxes(&[("A", h.a.socket()), ("B", h.b.socket())])
 }

@@ -112,6 +112,27 @@ pub fn client_rows(
     Ok(runs.into_iter().map(Summary::of).collect())
 }
 
+/// The rows of stacks whose multiplexers run in process (busy-polling): ping
+/// and 4-byte UDP echo to `addr`, where an echo listens on `port`.
+pub fn in_process_rows(
+    stack: &Stack,
+    addr: Ipv4Addr,
+    port: u16,
+    n: usize,
+) -> Result<Vec<Row>, String> {
+    let to = SocketAddrV4::new(addr, port);
+    Ok(vec![
+        Row {
+            label: "ping, in-process multiplexers".into(),
+            cells: vec![Summary::of(ping(stack, addr, n)?)],
+        },
+        Row {
+            label: "UDP 4 B, in-process, busy".into(),
+            cells: vec![Summary::of(udp_echo(stack, to, 4, n)?)],
+        },
+    ])
+}
+
 /// Round trips of the 20 kB datagram: each is 14 frames each way.
 pub fn big_count(n: usize) -> usize {
     (n / 20).max(1)
