@@ -6,8 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use exonet::hosts::{in_process_pair, two_hosts, A, B};
-use exonet_link::memwire::{self, MemWire};
-use exonet_mux::{Mux, MuxConfig, Running};
+use exonet_mux::Running;
 use exonet_stack::{IcmpSocket, Interest, Poll, Stack, StackConfig, Token, UdpSocket};
 
 const T: Option<Duration> = Some(Duration::from_secs(5));
