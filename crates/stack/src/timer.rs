@@ -171,6 +171,11 @@ impl<T> TimerWheel<T> {
         let now = now.max(self.last_now);
         self.last_now = now;
         let now_tick = now.0 / self.granularity;
+        if self.is_empty() {
+            // Nothing to fire or re-place: only the current tick moves.
+            self.elapsed = now_tick;
+            return Vec::new();
+        }
         let mut fired = self.take(self.due_list());
         while let Some((list, start)) = self.next_slot() {
             if start > now_tick {
