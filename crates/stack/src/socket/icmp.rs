@@ -7,8 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use super::core::Kind;
-use super::udp::check_timeout;
-use super::{Stack, Wait};
+use super::{Handle, Stack};
 
 /// An echo reply as received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,45 +22,42 @@ pub struct Echo {
 
 /// An ICMP echo socket on a [`Stack`].
 pub struct IcmpSocket {
-    stack: Stack,
-    id: usize,
+    h: Handle,
 }
 
 impl IcmpSocket {
     /// Binds echo identifier `ident` (0: one the registry picks).
     pub fn bind(stack: &Stack, ident: u16) -> io::Result<IcmpSocket> {
         let local = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, ident);
-        let id = stack.shared().lock().open(Kind::Echo, local)?;
         Ok(IcmpSocket {
-            stack: stack.clone(),
-            id,
+            h: Handle::open(stack, Kind::Echo, local)?,
         })
     }
 
     /// The echo identifier.
     pub fn ident(&self) -> u16 {
-        self.stack.shared().lock().sock(self.id).local.port()
+        self.h
+            .stack()
+            .shared()
+            .lock()
+            .sock(self.h.id())
+            .local
+            .port()
     }
 
     /// Sends an echo request to `dst`. Data larger than the MTU allows is sent in
     /// fragments.
     pub fn send_echo(&self, dst: Ipv4Addr, seq: u16, data: &[u8]) -> io::Result<()> {
-        self.stack
-            .shared()
-            .send(self.id, dst, |g| g.send_echo(self.id, dst, seq, data))
+        self.h.stack().shared().send(self.h.id(), dst, |g| {
+            g.send_echo(self.h.id(), dst, seq, data)
+        })
     }
 
     /// Receives the next echo reply, its data copied into `buf` (truncated to it).
     pub fn recv_echo(&self, buf: &mut [u8]) -> io::Result<Echo> {
-        let shared = self.stack.shared();
-        let wait = {
-            let g = shared.lock();
-            let s = g.sock(self.id);
-            Wait::new(s.nonblocking, s.read_timeout)
-        };
         let len = buf.len();
-        shared.wait_for(wait, |g| {
-            g.take(self.id, true, |bytes, from, seq| {
+        self.h.wait_readable(|g, id| {
+            g.take(id, true, |bytes, from, seq| {
                 let n = bytes.len().min(len);
                 buf[..n].copy_from_slice(&bytes[..n]);
                 let echo = Echo {
@@ -71,39 +67,27 @@ impl IcmpSocket {
                 };
                 (echo, 0, 0)
             })
-            .map(Ok)
         })
     }
 
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        check_timeout(t)?;
-        self.stack.shared().lock().sock_mut(self.id).read_timeout = t;
-        Ok(())
+        self.h.set_read_timeout(t)
     }
 
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        check_timeout(t)?;
-        self.stack.shared().lock().sock_mut(self.id).write_timeout = t;
-        Ok(())
+        self.h.set_write_timeout(t)
     }
 
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.stack.shared().lock().sock_mut(self.id).nonblocking = on;
-        Ok(())
+        self.h.set_nonblocking(on)
     }
 
     /// The stack this socket is on.
     pub fn stack(&self) -> &Stack {
-        &self.stack
+        self.h.stack()
     }
 
     pub(crate) fn id(&self) -> usize {
-        self.id
-    }
-}
-
-impl Drop for IcmpSocket {
-    fn drop(&mut self) {
-        self.stack.shared().lock().close(self.id);
+        self.h.id()
     }
 }

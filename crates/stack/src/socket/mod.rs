@@ -169,6 +169,91 @@ impl Stack {
     }
 }
 
+/// What every kind of socket is: a socket of a stack, with the options all
+/// kinds share. Dropping it closes the socket (its channel is unbound).
+pub(crate) struct Handle {
+    stack: Stack,
+    id: usize,
+}
+
+impl Handle {
+    /// Binds a channel of `kind` at `local` on `stack`.
+    pub(crate) fn open(
+        stack: &Stack,
+        kind: self::core::Kind,
+        local: SocketAddrV4,
+    ) -> io::Result<Handle> {
+        let id = stack.shared().lock().open(kind, local)?;
+        Ok(Handle {
+            stack: stack.clone(),
+            id,
+        })
+    }
+
+    pub(crate) fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
+    pub(crate) fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Runs `f` on the socket's state, under the stack's lock.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut self::core::Sock) -> R) -> R {
+        f(self.stack.shared().lock().sock_mut(self.id))
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.with(|s| s.read_timeout = t);
+        Ok(())
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.with(|s| s.write_timeout = t);
+        Ok(())
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.with(|s| s.nonblocking = on);
+        Ok(())
+    }
+
+    /// Waits (as the socket's mode and read timeout say) until `take` gets
+    /// something from the socket's queue; a pending error comes first.
+    pub(crate) fn wait_readable<R>(
+        &self,
+        mut take: impl FnMut(&mut Inner, usize) -> Option<R>,
+    ) -> io::Result<R> {
+        let shared = self.stack.shared();
+        let wait = self.with(|s| Wait::new(s.nonblocking, s.read_timeout));
+        shared.wait_for(wait, |g| {
+            if let Some(e) = g.sock_mut(self.id).error.take() {
+                return Some(Err(e.into()));
+            }
+            take(g, self.id).map(Ok)
+        })
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stack.shared().lock().close(self.id);
+    }
+}
+
+/// std refuses a zero timeout the same way.
+fn check_timeout(t: Option<Duration>) -> io::Result<()> {
+    if t == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        ));
+    }
+    Ok(())
+}
+
 /// When a blocking call gives up.
 #[derive(Clone, Copy)]
 pub(crate) enum Wait {

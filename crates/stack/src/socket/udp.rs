@@ -5,7 +5,7 @@ use std::net::{SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::time::Duration;
 
 use super::core::{Kind, SendError, MAX_UDP_PAYLOAD};
-use super::{v4, Stack, Wait};
+use super::{v4, Handle, Stack};
 use crate::udp::copy_and_sum;
 
 /// A UDP socket on a [`Stack`]: a channel of its endpoint, bound through the
@@ -16,37 +16,30 @@ use crate::udp::copy_and_sum;
 /// A socket bound to 0.0.0.0 gets the host's first address: the multiplexer binds
 /// one address per channel.
 pub struct UdpSocket {
-    stack: Stack,
-    id: usize,
+    h: Handle,
 }
 
 impl UdpSocket {
     /// Binds to `addr` (port 0: an ephemeral port from the registry).
     pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let addr = v4(addr)?;
-        let id = stack.shared().lock().open(Kind::Udp, addr)?;
         Ok(UdpSocket {
-            stack: stack.clone(),
-            id,
+            h: Handle::open(stack, Kind::Udp, v4(addr)?)?,
         })
     }
 
     /// The stack this socket is on.
     pub fn stack(&self) -> &Stack {
-        &self.stack
+        self.h.stack()
     }
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.stack.shared().lock().sock(self.id).local.into())
+        Ok(self.h.with(|s| s.local).into())
     }
 
     /// The peer of a connected socket (`NotConnected` otherwise).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.stack
-            .shared()
-            .lock()
-            .sock(self.id)
-            .peer
+        self.h
+            .with(|s| s.peer)
             .map(SocketAddr::V4)
             .ok_or_else(|| io::ErrorKind::NotConnected.into())
     }
@@ -55,22 +48,16 @@ impl UdpSocket {
     /// others are dropped and counted).
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
         let addr = v4(addr)?;
-        let mut g = self.stack.shared().lock();
-        let s = g.sock_mut(self.id);
-        s.peer = Some(addr);
-        s.error = None;
+        self.h.with(|s| {
+            s.peer = Some(addr);
+            s.error = None;
+        });
         Ok(())
     }
 
     /// Sends `buf` to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        let peer = self
-            .stack
-            .shared()
-            .lock()
-            .sock(self.id)
-            .peer
-            .ok_or(io::ErrorKind::NotConnected)?;
+        let peer = self.h.with(|s| s.peer).ok_or(io::ErrorKind::NotConnected)?;
         self.send_v4(buf, peer)
     }
 
@@ -81,17 +68,12 @@ impl UdpSocket {
 
     fn send_v4(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
         if buf.len() > MAX_UDP_PAYLOAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{} bytes exceed a UDP datagram's {MAX_UDP_PAYLOAD}",
-                    buf.len()
-                ),
-            ));
+            return Err(too_long(buf.len()));
         }
-        self.stack
+        self.h
+            .stack()
             .shared()
-            .send(self.id, *to.ip(), |g| g.send_udp(self.id, to, buf))?;
+            .send(self.h.id(), *to.ip(), |g| g.send_udp(self.h.id(), to, buf))?;
         Ok(buf.len())
     }
 
@@ -101,19 +83,19 @@ impl UdpSocket {
     /// buffers run out after the first. An in-process multiplexer is driven once
     /// for the whole batch.
     pub fn send_many(&self, bufs: &[&[u8]]) -> io::Result<usize> {
-        let shared = self.stack.shared();
+        let shared = self.h.stack().shared();
         let (peer, nonblocking) = {
             let g = shared.lock();
-            let s = g.sock(self.id);
+            let s = g.sock(self.h.id());
             (s.peer.ok_or(io::ErrorKind::NotConnected)?, s.nonblocking)
         };
         if let Some(b) = bufs.iter().find(|b| b.len() > MAX_UDP_PAYLOAD) {
             return Err(too_long(b.len()));
         }
         let mut sent = 0;
-        let r = shared.send(self.id, *peer.ip(), |g| {
+        let r = shared.send(self.h.id(), *peer.ip(), |g| {
             while let Some(b) = bufs.get(sent) {
-                match g.send_udp(self.id, peer, b) {
+                match g.send_udp(self.h.id(), peer, b) {
                     Ok(()) => sent += 1,
                     Err(SendError::Full) if sent > 0 && nonblocking => return Ok(()),
                     Err(e) => return Err(e),
@@ -140,7 +122,7 @@ impl UdpSocket {
             return Ok(0);
         }
         let mut got = 0;
-        self.wait_readable(|g, id| {
+        self.h.wait_readable(|g, id| {
             while got < max {
                 let buf = &mut *bufs[got];
                 let len = buf.len();
@@ -184,7 +166,7 @@ impl UdpSocket {
 
     fn read(&self, buf: &mut [u8], consume: bool) -> io::Result<(usize, SocketAddr)> {
         let len = buf.len();
-        self.wait_readable(|g, id| {
+        self.h.wait_readable(|g, id| {
             g.take(id, consume, |bytes, from, _| {
                 let n = bytes.len().min(len);
                 let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
@@ -199,7 +181,7 @@ impl UdpSocket {
     /// buffer goes back when it returns.
     pub fn recv_with<R>(&self, f: impl FnOnce(&[u8], SocketAddr) -> R) -> io::Result<R> {
         let mut f = Some(f);
-        self.wait_readable(|g, id| {
+        self.h.wait_readable(|g, id| {
             g.take(id, true, |bytes, from, _| {
                 let sum = exonet_wire::checksum::sum(bytes);
                 let r = f.take().map(|f| f(bytes, SocketAddr::V4(from)));
@@ -209,58 +191,35 @@ impl UdpSocket {
         })
     }
 
-    fn wait_readable<R>(
-        &self,
-        mut take: impl FnMut(&mut super::core::Inner, usize) -> Option<R>,
-    ) -> io::Result<R> {
-        let shared = self.stack.shared();
-        let wait = {
-            let g = shared.lock();
-            let s = g.sock(self.id);
-            Wait::new(s.nonblocking, s.read_timeout)
-        };
-        shared.wait_for(wait, |g| {
-            if let Some(e) = g.sock_mut(self.id).error.take() {
-                return Some(Err(e.into()));
-            }
-            take(g, self.id).map(Ok)
-        })
-    }
-
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        check_timeout(t)?;
-        self.stack.shared().lock().sock_mut(self.id).read_timeout = t;
-        Ok(())
+        self.h.set_read_timeout(t)
     }
 
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        check_timeout(t)?;
-        self.stack.shared().lock().sock_mut(self.id).write_timeout = t;
-        Ok(())
+        self.h.set_write_timeout(t)
     }
 
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.stack.shared().lock().sock(self.id).read_timeout)
+        Ok(self.h.with(|s| s.read_timeout))
     }
 
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.stack.shared().lock().sock(self.id).write_timeout)
+        Ok(self.h.with(|s| s.write_timeout))
     }
 
     /// In non-blocking mode, calls that would wait return `WouldBlock`.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.stack.shared().lock().sock_mut(self.id).nonblocking = on;
-        Ok(())
+        self.h.set_nonblocking(on)
     }
 
     /// Allows sending to broadcast addresses (`SO_BROADCAST`).
     pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
-        self.stack.shared().lock().sock_mut(self.id).broadcast = on;
+        self.h.with(|s| s.broadcast = on);
         Ok(())
     }
 
     pub fn broadcast(&self) -> io::Result<bool> {
-        Ok(self.stack.shared().lock().sock(self.id).broadcast)
+        Ok(self.h.with(|s| s.broadcast))
     }
 
     /// The TTL of datagrams sent (1..=255).
@@ -269,42 +228,29 @@ impl UdpSocket {
             .ok()
             .filter(|t| *t > 0)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "TTL must be 1..=255"))?;
-        self.stack.shared().lock().sock_mut(self.id).ttl = ttl;
+        self.h.with(|s| s.ttl = ttl);
         Ok(())
     }
 
     pub fn ttl(&self) -> io::Result<u32> {
-        Ok(self.stack.shared().lock().sock(self.id).ttl.into())
+        Ok(self.h.with(|s| s.ttl).into())
     }
 
     /// The pending asynchronous error (an ICMP error for a connected socket),
     /// cleared.
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self
-            .stack
-            .shared()
-            .lock()
-            .sock_mut(self.id)
-            .error
-            .take()
-            .map(io::Error::from))
+        Ok(self.h.with(|s| s.error.take()).map(io::Error::from))
     }
 
     pub(crate) fn id(&self) -> usize {
-        self.id
-    }
-}
-
-impl Drop for UdpSocket {
-    fn drop(&mut self) {
-        self.stack.shared().lock().close(self.id);
+        self.h.id()
     }
 }
 
 impl std::fmt::Debug for UdpSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let g = self.stack.shared().lock();
-        let s = g.sock(self.id);
+        let g = self.h.stack().shared().lock();
+        let s = g.sock(self.h.id());
         f.debug_struct("UdpSocket")
             .field("local", &s.local)
             .field("peer", &s.peer)
@@ -318,15 +264,4 @@ fn too_long(len: usize) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("{len} bytes exceed a UDP datagram's {MAX_UDP_PAYLOAD}"),
     )
-}
-
-/// std refuses a zero timeout the same way.
-pub(crate) fn check_timeout(t: Option<Duration>) -> io::Result<()> {
-    if t == Some(Duration::ZERO) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "cannot set a 0 duration timeout",
-        ));
-    }
-    Ok(())
 }
