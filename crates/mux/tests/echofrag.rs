@@ -15,16 +15,8 @@ use exonet_wire::{IcmpPacket, IcmpRepr, Ipv4Packet, Ipv4Repr};
 /// under IP identification `ident`, head first.
 fn ping(ident: u16, seq: u16, len: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
     let data: Vec<u8> = (0..len).map(|i| (i * 13 + seq as usize) as u8).collect();
-    let mut whole = build::icmp_echo(PEER_MAC, HOST_MAC, PEER, HOST, 0x77, seq, &data);
-    let mut ip = Ipv4Packet::new_unchecked(&mut whole[14..]);
-    ip.set_ident(ident);
-    ip.set_frag(false, false, 0);
-    ip.fill_checksum();
-    let frames = exonet_stack::fragment(&whole[14..], 1500)
-        .unwrap()
-        .into_iter()
-        .map(|f| [&whole[..14], &f[..]].concat())
-        .collect();
+    let whole = build::icmp_echo(PEER_MAC, HOST_MAC, PEER, HOST, 0x77, seq, &data);
+    let (frames, _) = fragments_of(whole, ident);
     (frames, data)
 }
 

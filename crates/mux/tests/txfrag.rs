@@ -19,17 +19,8 @@ use exonet_wire::Ipv4Packet;
 /// datagram, to compare with.
 fn fragmented(sport: u16, ident: u16, len: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
     let payload: Vec<u8> = (0..len).map(|i| (i * 7 + sport as usize) as u8).collect();
-    let mut whole = build::udp_frame(HOST_MAC, PEER_MAC, HOST, PEER, sport, 53, &payload);
-    let mut ip = Ipv4Packet::new_unchecked(&mut whole[14..]);
-    ip.set_ident(ident);
-    ip.set_frag(false, false, 0);
-    ip.fill_checksum();
-    let frames = exonet_stack::fragment(&whole[14..], 1500)
-        .unwrap()
-        .into_iter()
-        .map(|f| [&whole[..14], &f[..]].concat())
-        .collect();
-    (frames, whole)
+    let whole = build::udp_frame(HOST_MAC, PEER_MAC, HOST, PEER, sport, 53, &payload);
+    fragments_of(whole, ident)
 }
 
 /// Sends `frames` on `channel`, one buffer each from `bufs`, and returns the

@@ -138,3 +138,19 @@ pub fn reassemble(frames: &[Vec<u8>]) -> Vec<u8> {
     assert!(!pieces.last().unwrap().1, "the last fragment is there");
     data
 }
+
+/// `whole`, an Ethernet frame carrying IPv4, as a datagram of IP
+/// identification `ident` cut into fragments of at most 1500 bytes, head
+/// first, each with `whole`'s Ethernet header.
+pub fn fragments_of(mut whole: Vec<u8>, ident: u16) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let mut ip = exonet_wire::Ipv4Packet::new_unchecked(&mut whole[14..]);
+    ip.set_ident(ident);
+    ip.set_frag(false, false, 0);
+    ip.fill_checksum();
+    let frames = exonet_stack::fragment(&whole[14..], 1500)
+        .unwrap()
+        .into_iter()
+        .map(|f| [&whole[..14], &f[..]].concat())
+        .collect();
+    (frames, whole)
+}
