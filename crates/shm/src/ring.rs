@@ -72,18 +72,35 @@ const INLINE_WORDS: usize = INLINE_MAX / 8;
 pub(crate) struct InlineSlot([AtomicU64; INLINE_WORDS]);
 
 impl InlineSlot {
+    // Whole words go as they are and only the last, partial one is padded:
+    // this runs four times per short frame (application and multiplexer, each
+    // way), so a per-chunk copy of variable length would show.
     fn store(&self, data: &[u8]) {
-        for (word, chunk) in self.0.iter().zip(data.chunks(8)) {
+        let mut words = data.chunks_exact(8);
+        let mut slots = self.0.iter();
+        // Chunks first: zip stops on them without taking a slot.
+        for (chunk, word) in (&mut words).zip(&mut slots) {
+            let w = u64::from_ne_bytes(chunk.try_into().expect("8-byte chunk"));
+            word.store(w, Ordering::Relaxed);
+        }
+        let tail = words.remainder();
+        if let (Some(word), false) = (slots.next(), tail.is_empty()) {
             let mut bytes = [0u8; 8];
-            bytes[..chunk.len()].copy_from_slice(chunk);
+            bytes[..tail.len()].copy_from_slice(tail);
             word.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
         }
     }
 
     fn load(&self, out: &mut [u8]) {
-        for (word, chunk) in self.0.iter().zip(out.chunks_mut(8)) {
+        let mut words = out.chunks_exact_mut(8);
+        let mut slots = self.0.iter();
+        for (chunk, word) in (&mut words).zip(&mut slots) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        let tail = words.into_remainder();
+        if let (Some(word), false) = (slots.next(), tail.is_empty()) {
             let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
+            tail.copy_from_slice(&bytes[..tail.len()]);
         }
     }
 }
@@ -524,5 +541,22 @@ pub(crate) mod heap {
         // SAFETY: the pointers are into `heap`, which both ends keep alive,
         // and the slices hold `entries` slots.
         unsafe { (Producer::new(ptrs, heap.clone()), Consumer::new(ptrs, heap)) }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_slots_keep_every_length() {
+        let slot = InlineSlot(std::array::from_fn(|_| AtomicU64::new(u64::MAX)));
+        for len in 0..=INLINE_MAX {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            slot.store(&data);
+            let mut out = vec![0xaa; len];
+            slot.load(&mut out);
+            assert_eq!(out, data, "length {len}");
+        }
     }
 }
