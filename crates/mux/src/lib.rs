@@ -49,7 +49,7 @@ mod in_process;
 pub mod registry;
 pub mod template;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
 use exonet_link::Link;
-use exonet_shm::{Desc, MuxEndpoint, INLINE_MAX};
+use exonet_shm::{Desc, IdMap, MuxEndpoint, INLINE_MAX};
 
 pub use control::{Daemon, DaemonConfig, Running, StopHandle};
 pub use frag::{FragKind, FragPool, FragStats};
@@ -457,7 +457,7 @@ pub struct Mux {
     dpf: Dpf,
     endpoints: BTreeMap<EndpointId, Endpoint>,
     next_endpoint: u32,
-    channels: HashMap<u32, Channel>,
+    channels: IdMap<Channel>,
     ports: Ports,
     host: Host,
     frag: FragPool,
@@ -482,7 +482,7 @@ impl Mux {
             dpf: Dpf::new(),
             endpoints: BTreeMap::new(),
             next_endpoint: 0,
-            channels: HashMap::new(),
+            channels: IdMap::default(),
             ports: Ports::default(),
             host: Host::new(config.host, mac, addrs, link.mtu(), Instant::now()),
             frag: FragPool::new(&config),
@@ -1127,7 +1127,7 @@ fn route_icmp_error(
     host: &mut Host,
     ports: &Ports,
     endpoints: &BTreeMap<EndpointId, Endpoint>,
-    channels: &HashMap<u32, Channel>,
+    channels: &IdMap<Channel>,
     frame: &[u8],
 ) -> Option<u32> {
     let quoted = host::icmp_error_quote(frame, &host.addrs)?;
@@ -1161,7 +1161,7 @@ fn route_icmp_error(
 /// endpoint. Returns that endpoint, to charge, and the time spent copying
 /// into its segment; `None` if the channel or its endpoint is gone.
 fn to_channel<'e>(
-    channels: &mut HashMap<u32, Channel>,
+    channels: &mut IdMap<Channel>,
     endpoints: &'e mut BTreeMap<EndpointId, Endpoint>,
     free_retries: u32,
     chan: u32,
@@ -1364,7 +1364,7 @@ fn check_tx(
 fn tx_turn(
     id: EndpointId,
     e: &mut Endpoint,
-    channels: &mut HashMap<u32, Channel>,
+    channels: &mut IdMap<Channel>,
     link: &mut dyn Link,
     buf: &mut [u8],
     budget: &mut usize,

@@ -27,11 +27,13 @@
 #![cfg_attr(all(loom, not(test)), allow(dead_code))]
 
 mod desc;
+mod idmap;
 mod ring;
 mod sync;
 mod wake;
 
 pub use desc::{Desc, DescError, INLINE_MAX};
+pub use idmap::{IdHasher, IdMap};
 pub use ring::{Consumer, Producer, RingError};
 pub use wake::WakeWord;
 

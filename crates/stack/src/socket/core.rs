@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use exonet_shm::control::{HostInfo, PROTO_UDP};
-use exonet_shm::{Consumer, Desc, Frames, Notifier, Producer, SegmentConfig, Sleeper, INLINE_MAX};
+use exonet_shm::{
+    Consumer, Desc, Frames, IdMap, Notifier, Producer, SegmentConfig, Sleeper, INLINE_MAX,
+};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::{checksum, IcmpRepr, Ipv4Packet, Ipv4Repr};
 
@@ -161,7 +163,7 @@ pub(crate) struct Inner {
     arp: ArpCache,
     pmtu: HashMap<Ipv4Addr, (usize, Time)>,
     sockets: Vec<Option<Sock>>,
-    by_channel: HashMap<u32, usize>,
+    by_channel: IdMap<usize>,
     socket_queue: usize,
     ident: u16,
     epoch: Instant,
@@ -247,7 +249,7 @@ impl Inner {
             arp: ArpCache::new(config.arp.clone()),
             pmtu: HashMap::new(),
             sockets: Vec::new(),
-            by_channel: HashMap::new(),
+            by_channel: IdMap::default(),
             socket_queue: config.socket_queue.max(1),
             // Any start will do: the multiplexer assigns the identification of
             // fragmented datagrams itself, since all applications share the address.
