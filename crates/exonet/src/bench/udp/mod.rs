@@ -192,16 +192,24 @@ pub fn run(args: &UdpArgs) -> ExitCode {
 }
 
 /// Footer lines: each exonet system's `metric` over Linux's in `case`,
-/// against the goal.
+/// against the goal; sleeping systems against sleeping Linux, busy-polling
+/// ones against busy-polling Linux (and against sleeping Linux, the kernel's
+/// default), so that like is compared with like.
 fn goal(rep: &mut Reporter, case: &str, metric: &str, want: &str, met: impl Fn(f64) -> bool) {
-    let Some(linux) = rep.value(case, "linux", metric) else {
-        return;
-    };
-    for system in ["exonet", "exonet-inproc"] {
-        if let Some(v) = rep.value(case, system, metric) {
-            let r = v / linux;
+    let pairs = [
+        ("exonet", "linux"),
+        ("exonet-inproc", "linux"),
+        ("exonet-inproc-busy", "linux-busy"),
+        ("exonet-inproc-busy", "linux"),
+    ];
+    for (system, peer) in pairs {
+        if let (Some(v), Some(p)) = (
+            rep.value(case, system, metric),
+            rep.value(case, peer, metric),
+        ) {
+            let r = v / p;
             rep.note(format!(
-                "goal {case} {metric}: {system}/linux = {} (want {want}): {}",
+                "goal {case} {metric}: {system}/{peer} = {} (want {want}): {}",
                 ratio(r),
                 if met(r) { "met" } else { "not met" }
             ));
