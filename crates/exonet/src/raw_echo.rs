@@ -3,29 +3,19 @@
 //! written raw into its segment (no protocol library: the multiplexer's
 //! template check is what keeps it honest).
 
-use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::tool;
 use exonet_shm::control::{default_socket_path, Client, ControlError, PROTO_UDP};
 use exonet_shm::{AppEndpoint, Desc, SegmentConfig, INLINE_MAX};
 
 #[derive(Debug, Args)]
 pub struct RawEchoArgs {
-    /// The daemon's control socket (default as for `exonet daemon`).
-    #[arg(long)]
-    socket: Option<PathBuf>,
-    /// The UDP port to answer on.
-    #[arg(long, default_value_t = 7)]
-    port: u16,
-    /// The address to bind (default: the daemon's first).
-    #[arg(long)]
-    ip: Option<Ipv4Addr>,
-    /// Stop after answering this many frames.
-    #[arg(long)]
-    count: Option<u64>,
+    #[command(flatten)]
+    at: tool::EchoAt,
 }
 
 pub fn run(args: &RawEchoArgs) -> ExitCode {
@@ -42,10 +32,10 @@ pub fn run(args: &RawEchoArgs) -> ExitCode {
 }
 
 fn echo(args: &RawEchoArgs) -> Result<u64, ControlError> {
-    let socket = args.socket.clone().unwrap_or_else(default_socket_path);
+    let socket = args.at.socket.clone().unwrap_or_else(default_socket_path);
     let mut c = Client::connect(&socket)?;
     let info = c.info()?;
-    let ip = match args.ip {
+    let ip = match args.at.ip {
         Some(ip) => ip,
         None => info
             .addrs
@@ -67,9 +57,9 @@ fn echo(args: &RawEchoArgs) -> Result<u64, ControlError> {
             .map_err(|e| ControlError::Protocol(format!("free ring: {e:?}")))?;
     }
     let mut pool = tx_bufs.to_vec();
-    let (_, port) = c.bind_socket(ep, PROTO_UDP, (ip, args.port), None)?;
+    let (_, port) = c.bind_socket(ep, PROTO_UDP, (ip, args.at.port), None)?;
     eprintln!("exonet raw-echo: endpoint {ep}, answering UDP {ip}:{port}");
-    let limit = args.count.unwrap_or(u64::MAX);
+    let limit = args.at.count.unwrap_or(u64::MAX);
     let mut answered = 0u64;
     let mut frame = vec![0u8; 2048];
     let mut inline = [0u8; INLINE_MAX];

@@ -6,10 +6,28 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::Args;
 use exonet_shm::control::default_socket_path;
 use exonet_stack::{Stack, StackConfig};
 
 /// A stack on the daemon at `socket` (default: the daemon's default path).
+/// Where an echo server answers, as `raw-echo` and `udp-echo` take it.
+#[derive(Debug, Args)]
+pub struct EchoAt {
+    /// The daemon's control socket (default as for `exonet daemon`).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// The UDP port to answer on.
+    #[arg(long, default_value_t = 7)]
+    pub port: u16,
+    /// The address to bind (default: the daemon's first).
+    #[arg(long)]
+    pub ip: Option<Ipv4Addr>,
+    /// Stop after answering this many.
+    #[arg(long)]
+    pub count: Option<u64>,
+}
+
 pub fn open_stack(socket: Option<&PathBuf>, config: &StackConfig) -> io::Result<Stack> {
     let path = socket.cloned().unwrap_or_else(default_socket_path);
     Stack::open_with(&path, config)

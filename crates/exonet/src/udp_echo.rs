@@ -5,7 +5,6 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,18 +17,8 @@ use crate::tool;
 
 #[derive(Debug, Args)]
 pub struct UdpEchoArgs {
-    /// The daemon's control socket (default as for `exonet daemon`).
-    #[arg(long)]
-    socket: Option<PathBuf>,
-    /// The UDP port to answer on.
-    #[arg(long, default_value_t = 7)]
-    port: u16,
-    /// The address to bind (default: the daemon's first).
-    #[arg(long)]
-    ip: Option<Ipv4Addr>,
-    /// Stop after answering this many datagrams.
-    #[arg(long)]
-    count: Option<u64>,
+    #[command(flatten)]
+    at: tool::EchoAt,
     /// Microseconds a blocked read spins before it sleeps.
     #[arg(long, default_value_t = 0)]
     busy_poll: u64,
@@ -92,13 +81,13 @@ fn serve(args: &UdpEchoArgs) -> io::Result<()> {
     if let Some(ms) = args.reasm_timeout {
         config.reasm.timeout = Duration::from_millis(ms);
     }
-    let stack = tool::open_stack(args.socket.as_ref(), &config)?;
-    let ip = args.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
-    let sock = UdpSocket::bind(&stack, (ip, args.port))?;
+    let stack = tool::open_stack(args.at.socket.as_ref(), &config)?;
+    let ip = args.at.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let sock = UdpSocket::bind(&stack, (ip, args.at.port))?;
     sock.set_read_timeout(Some(TICK))?;
     sock.set_write_timeout(Some(SEND_WAIT))?;
     eprintln!("exonet udp-echo: listening on {}", sock.local_addr()?);
-    let limit = args.count.unwrap_or(u64::MAX);
+    let limit = args.at.count.unwrap_or(u64::MAX);
     let mut counts = Counts::default();
     let mut buf = vec![0u8; 65536];
     while counts.answered < limit && !STOP.load(Ordering::Relaxed) {
