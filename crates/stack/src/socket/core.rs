@@ -175,6 +175,8 @@ pub(crate) struct Inner {
     pub sleeping: bool,
     /// Threads waiting for the sleeper to wake them.
     pub followers: usize,
+    /// A send found the tx ring or the send buffers full.
+    tx_blocked: bool,
     /// The time of the last pump: what sends go by (a neighbour's or a path
     /// MTU's age needs no fresher clock).
     clock: Time,
@@ -262,6 +264,7 @@ impl Inner {
             sleeping: false,
             followers: 0,
             clock: Time::ZERO,
+            tx_blocked: false,
         };
         inner.give_back()?;
         Ok((inner, app.wake))
@@ -294,9 +297,14 @@ impl Inner {
         self.arp.config().give_up
     }
 
-    /// Whether the rings have something to pump.
+    /// Whether the rings have something for a thread about to sleep: frames
+    /// to pump, buffers back, or, for a send that found the tx ring full, room
+    /// on it again (inline frames come back on no completion ring, so the
+    /// multiplexer's taking them is only seen here).
     pub fn has_work(&self) -> bool {
-        self.rx.has_pending() || self.completion.has_pending()
+        self.rx.has_pending()
+            || self.completion.has_pending()
+            || (self.tx_blocked && self.tx.outstanding() < self.tx.entries())
     }
 
     /// The earliest timer of the cores.
@@ -858,6 +866,19 @@ impl Inner {
     /// neighbour is unresolved, a non-blocking socket's datagram is held (RFC 1122
     /// §2.3.2.2) and a blocking socket's call waits ([`SendError::Unresolved`]).
     pub fn send(
+        &mut self,
+        id: usize,
+        dst: Ipv4Addr,
+        proto: u8,
+        l4_len: usize,
+        l4: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        let r = self.send_datagram(id, dst, proto, l4_len, l4);
+        self.tx_blocked = matches!(r, Err(SendError::Full));
+        r
+    }
+
+    fn send_datagram(
         &mut self,
         id: usize,
         dst: Ipv4Addr,
