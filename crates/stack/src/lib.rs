@@ -18,6 +18,7 @@ pub mod icmp;
 pub mod ipv4_rx;
 pub mod reasm;
 pub mod socket;
+pub mod tcp;
 pub mod time;
 pub mod timer;
 pub mod udp;

@@ -1,0 +1,24 @@
+//! TCP (RFC 9293) as a sans-IO core: a [`Connection`] is one transmission control
+//! block, fed parsed segments and the time, and asked for segments to send and for
+//! its next deadline. Nothing here reads a clock or does I/O, so tests run whole
+//! connections over a simulated network in simulated time.
+//!
+//! What is here: the state machine of RFC 9293 §3.3.2 with active, passive and
+//! simultaneous open and close, half-close, RST and SYN handling hardened per
+//! RFC 5961 §3–§5, ISNs per RFC 6528 ([`initial_sequence_number`]), the MSS option,
+//! retransmission with the RFC 6298 timer, zero-window probing, delayed ACKs and
+//! Nagle's algorithm, both switchable. Window scaling, timestamps, SACK and
+//! congestion control are not: the send window is the peer's advertised window.
+
+mod connection;
+mod isn;
+mod recv;
+mod rtt;
+mod seq;
+
+#[cfg(test)]
+mod tests;
+
+pub use connection::{reset_for_closed, Connection, TcpConfig, TcpError, TcpState};
+pub use isn::initial_sequence_number;
+pub use seq::SeqNum;
