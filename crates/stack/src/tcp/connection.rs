@@ -133,7 +133,9 @@ impl Segment<'_> {
 
     /// SEG.LEN: data plus one for each of SYN and FIN (RFC 9293 §3.4).
     fn len(&self) -> u32 {
-        self.payload.len() as u32 + u32::from(self.has(flags::SYN)) + u32::from(self.has(flags::FIN))
+        self.payload.len() as u32
+            + u32::from(self.has(flags::SYN))
+            + u32::from(self.has(flags::FIN))
     }
 }
 
@@ -297,7 +299,12 @@ impl Connection {
     /// Active OPEN (RFC 9293 §3.10.1): SYN-SENT, the SYN waiting in
     /// [`Connection::poll_transmit`]. `iss` should come from
     /// [`super::initial_sequence_number`].
-    pub fn connect(config: TcpConfig, local: SocketAddrV4, remote: SocketAddrV4, iss: SeqNum) -> Self {
+    pub fn connect(
+        config: TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+    ) -> Self {
         Connection::new(config, local, remote, iss, TcpState::SynSent)
     }
 
@@ -380,7 +387,9 @@ impl Connection {
         if !open || self.fin_queued {
             return 0;
         }
-        let n = data.len().min(self.config.send_buffer - self.send_buf.len());
+        let n = data
+            .len()
+            .min(self.config.send_buffer - self.send_buf.len());
         self.send_buf.extend(&data[..n]);
         n
     }
@@ -467,10 +476,14 @@ impl Connection {
 
     /// The earliest deadline at which [`Connection::handle_timeout`] has work.
     pub fn poll_timeout(&self) -> Option<Time> {
-        [self.rtx_deadline, self.ack_deadline, self.time_wait_deadline]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.rtx_deadline,
+            self.ack_deadline,
+            self.time_wait_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs the timers due at `now`.
@@ -613,6 +626,10 @@ impl Connection {
         // A zero window still takes valid ACKs and RSTs at RCV.NXT (RFC 9293
         // §3.10.7.4: "special allowance"); their data is not taken.
         let control_only = !acceptable && wnd == 0 && seg.seq == self.rcv_nxt;
+        if control_only && len > 0 {
+            // A window probe, answered with the (still zero) window.
+            self.ack_now = true;
+        }
         if !acceptable && !control_only {
             if !seg.has(flags::RST) {
                 self.ack_now = true;
@@ -677,6 +694,13 @@ impl Connection {
         }
         // SND.UNA =< SEG.ACK here; update the window from the newest segment only.
         if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
+            if self.snd_wnd == 0 && seg.window > 0 && seg.ack == self.snd_una {
+                // The window opened without taking the probe byte: send it again
+                // now rather than after the (backed-off) timeout, and time nothing
+                // that was sent before (Karn).
+                self.snd_nxt = self.snd_una;
+                self.rtt_sample = None;
+            }
             self.snd_wnd = u32::from(seg.window);
             self.snd_wl1 = seg.seq;
             self.snd_wl2 = seg.ack;
@@ -804,7 +828,11 @@ impl Connection {
     fn advertise_window(&mut self) -> u16 {
         let free = self.free_window();
         let left = self.rcv_adv.distance_from(self.rcv_nxt);
-        let wnd = if free >= left + self.sws_threshold() { free } else { left };
+        let wnd = if free >= left + self.sws_threshold() {
+            free
+        } else {
+            left
+        };
         self.rcv_adv = self.rcv_nxt + wnd;
         wnd as u16
     }
@@ -875,7 +903,9 @@ impl Connection {
     /// `None` if nothing should go now.
     fn next_data(&self, room: usize) -> Option<(usize, bool)> {
         let offset = self.snd_nxt.diff(self.send_base);
-        let avail: usize = (self.send_buf.len() as i64 - i64::from(offset)).try_into().ok()?;
+        let avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
+            .try_into()
+            .ok()?;
         let mut allowance = (self.snd_una + self.snd_wnd).distance_from(self.snd_nxt) as usize;
         let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
         if forced {
@@ -893,8 +923,13 @@ impl Connection {
             // Sender SWS avoidance (RFC 9293 §3.8.6.2.1) with Nagle (§3.7.4): a short
             // segment only if it empties the queue while nothing is unacknowledged
             // (or Nagle is off), or if it is half the largest window the peer offered.
-            let all_and_idle = len == avail && (!self.config.nagle || self.snd_una == self.snd_max);
-            if !all_and_idle && (len as u32) * 2 < self.max_snd_wnd {
+            let idle = self.snd_una == self.snd_max;
+            let all_and_idle = len == avail && (!self.config.nagle || idle);
+            // With nothing in flight no ACK will come to open the window further,
+            // so a window-limited segment goes now: RFC 9293's override timeout,
+            // taken as zero.
+            let window_bound_idle = len == allowance && idle;
+            if !all_and_idle && !window_bound_idle && (len as u32) * 2 < self.max_snd_wnd {
                 return None;
             }
         }
@@ -928,7 +963,11 @@ impl Connection {
         data: std::ops::Range<usize>,
     ) -> usize {
         let ack = f & flags::ACK != 0;
-        let window = if ack { self.advertise_window() } else { self.free_window() as u16 };
+        let window = if ack {
+            self.advertise_window()
+        } else {
+            self.free_window() as u16
+        };
         if ack {
             self.ack_now = false;
             self.ack_deadline = None;

@@ -86,13 +86,16 @@ impl RecvBuffer {
         let mut at = start;
         for (s, e) in held {
             if at < s {
-                self.ahead
-                    .insert(at, data[(at - start) as usize..(s - start) as usize].to_vec());
+                self.ahead.insert(
+                    at,
+                    data[(at - start) as usize..(s - start) as usize].to_vec(),
+                );
             }
             at = at.max(e);
         }
         if at < end {
-            self.ahead.insert(at, data[(at - start) as usize..].to_vec());
+            self.ahead
+                .insert(at, data[(at - start) as usize..].to_vec());
         }
     }
 

@@ -28,7 +28,9 @@ fn ms(n: u64) -> Duration {
 
 /// Deterministic stream contents, different per direction.
 fn pattern(len: usize, salt: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8 ^ salt).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8 ^ salt)
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -127,7 +129,9 @@ impl Net {
     }
 
     fn state(&self, i: usize) -> TcpState {
-        self.ends[i].as_ref().map_or(TcpState::Closed, Connection::state)
+        self.ends[i]
+            .as_ref()
+            .map_or(TcpState::Closed, Connection::state)
     }
 
     fn run_apps(&mut self) {
@@ -175,11 +179,29 @@ impl Net {
         // etherparse as an independent reading of the same bytes.
         let (h, payload) = etherparse::TcpHeader::from_slice(&bytes).expect("etherparse reads it");
         assert_eq!(
-            (h.sequence_number, h.acknowledgment_number, h.window_size, h.syn, h.fin, h.rst),
-            (r.seq_number, r.ack_number, r.window, r.flags & flags::SYN != 0, r.flags & flags::FIN != 0, r.flags & flags::RST != 0)
+            (
+                h.sequence_number,
+                h.acknowledgment_number,
+                h.window_size,
+                h.syn,
+                h.fin,
+                h.rst
+            ),
+            (
+                r.seq_number,
+                r.ack_number,
+                r.window,
+                r.flags & flags::SYN != 0,
+                r.flags & flags::FIN != 0,
+                r.flags & flags::RST != 0
+            )
         );
         let sum = h
-            .calc_checksum_ipv4_raw(ADDR[from].ip().octets(), ADDR[1 - from].ip().octets(), payload)
+            .calc_checksum_ipv4_raw(
+                ADDR[from].ip().octets(),
+                ADDR[1 - from].ip().octets(),
+                payload,
+            )
             .unwrap();
         assert_eq!(sum, h.checksum);
         let sent = Sent {
@@ -195,7 +217,11 @@ impl Net {
         if !(self.pass)(&sent) || self.rng.chance(self.faults.loss) {
             return;
         }
-        let copies = if self.rng.chance(self.faults.dup) { 2 } else { 1 };
+        let copies = if self.rng.chance(self.faults.dup) {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let jitter = self.faults.jitter.as_nanos() as u64;
             let mut d = self.faults.delay + Duration::from_nanos(self.rng.below(jitter + 1));
@@ -237,7 +263,8 @@ impl Net {
     fn reply_closed(&mut self, at: usize, r: &TcpRepr) {
         if let Some(rst) = reset_for_closed(r) {
             let mut buf = vec![0; rst.buffer_len()];
-            rst.emit(&mut buf, *ADDR[at].ip(), *ADDR[1 - at].ip()).unwrap();
+            rst.emit(&mut buf, *ADDR[at].ip(), *ADDR[1 - at].ip())
+                .unwrap();
             self.put(at, buf);
         }
     }
@@ -251,7 +278,12 @@ impl Net {
             .wire
             .iter()
             .map(|s| s.at)
-            .chain(self.ends.iter().flatten().filter_map(Connection::poll_timeout))
+            .chain(
+                self.ends
+                    .iter()
+                    .flatten()
+                    .filter_map(Connection::poll_timeout),
+            )
             .min();
         let Some(next) = next else { return false };
         self.now = self.now.max(next);
@@ -320,14 +352,26 @@ fn transfer(seed: u64, faults: Faults, sizes: [usize; 2], a: TcpConfig, b: TcpCo
     );
     for i in 0..2 {
         assert_eq!(n.conn(i).error(), None);
-        assert!(n.apps[1 - i].got == n.apps[i].out, "stream from {i} damaged");
+        assert!(
+            n.apps[1 - i].got == n.apps[i].out,
+            "stream from {i} damaged"
+        );
     }
     n
 }
 
 #[test]
 fn transfer_both_ways_and_clean_close() {
-    let n = transfer(1, Faults { delay: ms(5), ..Faults::default() }, [300_000, 100_000], fast_config(), fast_config());
+    let n = transfer(
+        1,
+        Faults {
+            delay: ms(5),
+            ..Faults::default()
+        },
+        [300_000, 100_000],
+        fast_config(),
+        fast_config(),
+    );
     // The handshake: SYN, SYN-ACK, ACK, each SYN with an MSS option of 1460.
     let (syn, synack) = (n.log[0], n.log[1]);
     assert!(syn.has(flags::SYN) && !syn.has(flags::ACK) && syn.from == 0);
@@ -360,7 +404,12 @@ fn lossy_network_delivers_intact() {
     seqs.sort_unstable();
     seqs.dedup();
     assert!(seqs.len() < data.len());
-    println!("{} data segments, {} distinct, done at {:?}", data.len(), seqs.len(), n.now);
+    println!(
+        "{} data segments, {} distinct, done at {:?}",
+        data.len(),
+        seqs.len(),
+        n.now
+    );
 }
 
 proptest! {
@@ -381,5 +430,431 @@ proptest! {
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2) };
         let cfg = TcpConfig { nagle, mss, recv_buffer: 8192, ..fast_config() };
         transfer(seed, faults, [a_len, b_len], cfg.clone(), cfg);
+    }
+}
+
+fn at(s: Duration) -> Time {
+    Time::ZERO + s
+}
+
+fn quiet() -> Faults {
+    Faults {
+        delay: ms(5),
+        ..Faults::default()
+    }
+}
+
+/// A connection set up over a 5 ms link and idle.
+fn established_pair(a: TcpConfig, b: TcpConfig) -> Net {
+    let mut n = Net::client_server(3, quiet(), a, b);
+    n.apps[1].read = true;
+    n.apps[0].read = true;
+    assert!(n.run_until(at(secs(1)), Net::established));
+    n.run_until(at(secs(1)), |n| n.wire.is_empty());
+    n
+}
+
+/// The last segment end `i` sent.
+fn last_from(n: &Net, i: usize) -> Sent {
+    *n.log.iter().rev().find(|s| s.from == i).expect("a segment")
+}
+
+/// RCV.NXT and SND.NXT of end 1 of an idle pair, read off end 0's last segment.
+fn b_view(n: &Net) -> (u32, u32) {
+    let a = last_from(n, 0);
+    (a.seq, a.ack)
+}
+
+/// A segment from end `from`'s port to the other's.
+fn forged(from: usize, seq: u32, ack: u32, f: u8, payload: &[u8]) -> TcpRepr<'_> {
+    TcpRepr {
+        src_port: ADDR[from].port(),
+        dst_port: ADDR[1 - from].port(),
+        seq_number: seq,
+        ack_number: ack,
+        flags: f,
+        window: 1000,
+        urgent_ptr: 0,
+        options: &[],
+        payload,
+    }
+}
+
+/// Injects `r` into end `to` and returns what it sends in reply.
+fn answer(n: &mut Net, to: usize, r: &TcpRepr) -> Vec<Sent> {
+    let before = n.log.len();
+    n.inject(to, r);
+    n.flush();
+    n.log[before..].to_vec()
+}
+
+#[test]
+fn half_close() {
+    let mut n = Net::client_server(5, quiet(), fast_config(), fast_config());
+    n.apps[0] = App {
+        out: pattern(10_000, 1),
+        close_when_written: true,
+        read: true,
+        ..App::default()
+    };
+    n.apps[1].read = true;
+    assert!(
+        n.run_until(at(secs(10)), |n| n.state(1) == TcpState::CloseWait
+            && n.conn(1).recv_finished())
+    );
+    assert!(n.apps[1].got == n.apps[0].out);
+    assert!(n.run_until(at(secs(10)), |n| n.state(0) == TcpState::FinWait2));
+    // The half-closed end still takes data.
+    n.apps[1].out = pattern(50_000, 2);
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(at(secs(20)), |n| n.state(0) == TcpState::TimeWait));
+    let entered = n.now;
+    n.run_apps();
+    assert!(n.apps[0].got == n.apps[1].out);
+    assert!(n.conn(0).recv_finished());
+    // TIME-WAIT lasts exactly 2 × MSL.
+    assert!(n.run_until(at(secs(60)), Net::both_closed));
+    assert_eq!(n.now, entered + 2 * fast_config().msl);
+    assert_eq!((n.conn(0).error(), n.conn(1).error()), (None, None));
+}
+
+#[test]
+fn simultaneous_open() {
+    let mut n = Net::new(9, quiet());
+    for i in 0..2 {
+        let iss = initial_sequence_number(&KEY, ADDR[i], ADDR[1 - i], n.now);
+        n.ends[i] = Some(Connection::connect(
+            fast_config(),
+            ADDR[i],
+            ADDR[1 - i],
+            iss,
+        ));
+        n.apps[i] = App {
+            out: pattern(20_000, i as u8),
+            close_when_written: true,
+            read: true,
+            ..App::default()
+        };
+    }
+    // Both SYNs cross; each end answers the other's with a SYN-ACK.
+    assert!(
+        n.run_until(at(secs(1)), |n| n.state(0) == TcpState::SynReceived
+            && n.state(1) == TcpState::SynReceived)
+    );
+    assert!(n.run_until(at(secs(60)), Net::both_closed));
+    let syns: Vec<_> = n.log.iter().filter(|s| s.has(flags::SYN)).collect();
+    assert_eq!(syns.len(), 4);
+    assert!(syns[..2].iter().all(|s| !s.has(flags::ACK)));
+    assert!(syns[2..].iter().all(|s| s.has(flags::ACK)));
+    for i in 0..2 {
+        assert!(n.apps[1 - i].got == n.apps[i].out);
+        assert_eq!(n.conn(i).error(), None);
+    }
+}
+
+#[test]
+fn simultaneous_close() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).close();
+    n.conn_mut(1).close();
+    assert_eq!(
+        (n.state(0), n.state(1)),
+        (TcpState::FinWait1, TcpState::FinWait1)
+    );
+    // The FINs cross: each end sees the other's before the ACK of its own.
+    assert!(n.run_until(at(secs(2)), |n| n.state(0) == TcpState::Closing
+        && n.state(1) == TcpState::Closing));
+    assert!(
+        n.run_until(at(secs(2)), |n| n.state(0) == TcpState::TimeWait
+            && n.state(1) == TcpState::TimeWait)
+    );
+    let entered = n.now;
+    assert!(n.run_until(at(secs(10)), Net::both_closed));
+    assert_eq!(n.now, entered + 2 * fast_config().msl);
+}
+
+#[test]
+fn rst_checks_follow_rfc5961() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    // In the window but not exact: a challenge ACK, the connection stays.
+    let reply = answer(
+        &mut n,
+        1,
+        &forged(0, rcv_nxt.wrapping_add(1000), 0, flags::RST, &[]),
+    );
+    assert_eq!(reply.len(), 1);
+    assert_eq!(
+        (reply[0].flags, reply[0].seq, reply[0].ack),
+        (flags::ACK, snd_nxt, rcv_nxt)
+    );
+    assert_eq!(n.state(1), TcpState::Established);
+    // Outside the window, either side: ignored without a word.
+    for seq in [
+        rcv_nxt.wrapping_add(70_000),
+        rcv_nxt.wrapping_sub(1),
+        rcv_nxt ^ 0x8000_0000,
+    ] {
+        assert!(answer(&mut n, 1, &forged(0, seq, 0, flags::RST | flags::ACK, &[])).is_empty());
+        assert_eq!(n.state(1), TcpState::Established);
+    }
+    // The challenge ACK reached the real peer, which takes it in stride.
+    n.run_until(at(secs(2)), |n| n.wire.is_empty());
+    assert!(n.established());
+    // Exactly RCV.NXT: reset.
+    assert!(answer(&mut n, 1, &forged(0, rcv_nxt, 0, flags::RST, &[])).is_empty());
+    assert_eq!(
+        (n.state(1), n.conn(1).error()),
+        (TcpState::Closed, Some(TcpError::Reset))
+    );
+}
+
+#[test]
+fn syn_on_established_connection_gets_challenge_ack() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    for seq in [rcv_nxt, rcv_nxt.wrapping_add(10), 12345] {
+        let reply = answer(&mut n, 1, &forged(0, seq, 0, flags::SYN, &[]));
+        assert_eq!(reply.len(), 1);
+        assert_eq!(
+            (reply[0].flags, reply[0].seq, reply[0].ack),
+            (flags::ACK, snd_nxt, rcv_nxt)
+        );
+        assert_eq!(n.state(1), TcpState::Established);
+    }
+    n.run_until(at(secs(2)), |n| n.wire.is_empty());
+    assert!(n.established());
+}
+
+#[test]
+fn blind_data_and_acks_outside_the_window_are_dropped() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    // Data outside the window and an ACK of data never sent: an ACK in reply,
+    // nothing delivered.
+    let out_of_window = forged(
+        0,
+        rcv_nxt.wrapping_add(100_000),
+        snd_nxt,
+        flags::ACK,
+        b"evil",
+    );
+    let unsent = forged(0, rcv_nxt, snd_nxt.wrapping_add(5000), flags::ACK, b"evil");
+    for r in [out_of_window, unsent] {
+        let reply = answer(&mut n, 1, &r);
+        assert_eq!(reply.len(), 1);
+        assert_eq!((reply[0].seq, reply[0].ack), (snd_nxt, rcv_nxt));
+    }
+    assert_eq!(n.conn(1).recv_queue_len(), 0);
+    assert!(n.established());
+}
+
+#[test]
+fn closed_port_refuses() {
+    let mut n = Net::new(2, quiet());
+    let iss = SeqNum(1000);
+    n.ends[0] = Some(Connection::connect(fast_config(), ADDR[0], ADDR[1], iss));
+    assert!(n.run_until(at(secs(1)), |n| n.state(0) == TcpState::Closed));
+    assert_eq!(n.conn(0).error(), Some(TcpError::Refused));
+    let rst = last_from(&n, 1);
+    assert_eq!(
+        (rst.flags, rst.seq, rst.ack),
+        (flags::RST | flags::ACK, 0, 1001)
+    );
+    // An unrelated RST with a wrong ACK in SYN-SENT is not believed.
+    let mut c = Connection::connect(fast_config(), ADDR[0], ADDR[1], iss);
+    let mut buf = [0; 100];
+    c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    c.handle_segment(
+        &forged(1, 0, 5000, flags::RST | flags::ACK, &[]),
+        Time::ZERO,
+    );
+    assert_eq!(c.state(), TcpState::SynSent);
+}
+
+#[test]
+fn syn_retransmission_backoff_then_timeout() {
+    let mut n = Net::client_server(4, quiet(), TcpConfig::default(), TcpConfig::default());
+    n.pass = Box::new(|_| false);
+    assert!(n.run_until(at(secs(1000)), |n| n.state(0) == TcpState::Closed));
+    let times: Vec<u64> = n
+        .log
+        .iter()
+        .map(|s| s.at.as_nanos() / 1_000_000_000)
+        .collect();
+    // RFC 6298: 1 s, doubling; six retransmissions (the default limit).
+    assert_eq!(times, [0, 1, 3, 7, 15, 31, 63]);
+    assert!(n.log.iter().all(|s| s.flags == flags::SYN));
+    // The seventh timeout, after 60 s (the RTO's cap), gives up.
+    assert_eq!(n.now, at(secs(123)));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn data_retransmission_backoff_then_timeout() {
+    let cfg = TcpConfig {
+        max_rto: secs(10),
+        max_retransmissions: 5,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.pass = Box::new(|s| s.len == 0);
+    n.apps[0].out = pattern(1000, 0);
+    assert!(n.run_until(at(secs(1000)), |n| n.state(0) == TcpState::Closed));
+    let data: Vec<Time> = n.log.iter().filter(|s| s.len > 0).map(|s| s.at).collect();
+    let t0 = data[0];
+    let offsets: Vec<u64> = data
+        .iter()
+        .map(|t| t.saturating_duration_since(t0).as_secs())
+        .collect();
+    // RTO floor 1 s (the measured RTT is 10 ms), doubled, capped at 10 s.
+    assert_eq!(offsets, [0, 1, 3, 7, 15, 25]);
+    assert_eq!(n.now, t0 + secs(35));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn zero_window_probes_then_window_update() {
+    let a = TcpConfig {
+        max_rto: secs(2),
+        max_retransmissions: 3,
+        ..fast_config()
+    };
+    let b = TcpConfig {
+        recv_buffer: 4096,
+        ..fast_config()
+    };
+    let mut n = established_pair(a, b);
+    n.apps[1].read = false;
+    n.apps[0].out = pattern(20_000, 3);
+    n.apps[0].close_when_written = true;
+    assert!(n.run_until(at(secs(2)), |n| n.conn(1).recv_queue_len() == 4096));
+    n.flush();
+    assert!(n.log.iter().any(|s| s.from == 1 && s.window == 0));
+    // Probe for 20 s: far more probes than the retransmission limit, but each is
+    // answered, so the connection lives (RFC 9293 §3.8.6.1).
+    let start = n.log.len();
+    let shut = n.now;
+    n.run_until(shut + secs(20), |_| false);
+    assert_eq!(n.state(0), TcpState::FinWait1);
+    let probes: Vec<Time> = n.log[start..]
+        .iter()
+        .filter(|s| s.from == 0 && s.len == 1)
+        .map(|s| s.at)
+        .collect();
+    let gaps: Vec<u64> = probes
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(gaps[..4], [400, 800, 1600, 2000]);
+    assert!(gaps[4..].iter().all(|&g| g == 2000));
+    assert!(probes.len() > 5);
+    // Every probe is answered with the zero window.
+    assert!(n.log[start..]
+        .iter()
+        .filter(|s| s.from == 1)
+        .all(|s| s.window == 0));
+    // The application reads: a window update, and the rest flows.
+    n.apps[1].read = true;
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(n.now + secs(10), Net::both_closed));
+    assert!(n.apps[1].got == n.apps[0].out);
+    assert_eq!(n.conn(0).error(), None);
+}
+
+#[test]
+fn mss_option_and_clamping() {
+    let small = TcpConfig {
+        mss: 1000,
+        ..fast_config()
+    };
+    let n = transfer(6, quiet(), [30_000, 30_000], small, fast_config());
+    assert_eq!((n.conn(0).send_mss(), n.conn(1).send_mss()), (1000, 1000));
+    assert_eq!(n.log.iter().map(|s| s.len).max(), Some(1000));
+    // No option: 536 (RFC 9293 §3.7.1); a tiny one is raised to the floor.
+    let syn = forged(0, 1, 0, flags::SYN, &[]);
+    let c = Connection::accept(fast_config(), ADDR[1], ADDR[0], SeqNum(9), &syn).unwrap();
+    assert_eq!(c.send_mss(), 536);
+    let opt = [2, 4, 0, 10];
+    let c = Connection::accept(
+        fast_config(),
+        ADDR[1],
+        ADDR[0],
+        SeqNum(9),
+        &TcpRepr {
+            options: &opt,
+            ..syn
+        },
+    )
+    .unwrap();
+    assert_eq!(c.send_mss(), 48);
+    // Only a plain SYN opens a connection.
+    assert!(Connection::accept(
+        fast_config(),
+        ADDR[1],
+        ADDR[0],
+        SeqNum(9),
+        &forged(0, 1, 0, flags::SYN | flags::ACK, &[])
+    )
+    .is_none());
+}
+
+#[test]
+fn delayed_ack() {
+    let b = TcpConfig {
+        delayed_ack: Some(ms(100)),
+        ..fast_config()
+    };
+    let mut n = established_pair(fast_config(), b);
+    // One segment: acknowledged when the delay runs out.
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    let data = last_from(&n, 0);
+    let ack = last_from(&n, 1);
+    assert_eq!(ack.at, data.at + ms(5) + ms(100));
+    // Two full segments: the second is acknowledged at once.
+    n.apps[0].out.extend(pattern(2920, 1));
+    let before = n.log.len();
+    n.step();
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    let sent: Vec<_> = n.log[before..].to_vec();
+    assert_eq!(
+        sent.iter().filter(|s| s.from == 0 && s.len == 1460).count(),
+        2
+    );
+    let acks: Vec<_> = sent.iter().filter(|s| s.from == 1).collect();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].at, sent[0].at + ms(5));
+}
+
+#[test]
+fn nagle_coalesces_small_writes() {
+    for nagle in [true, false] {
+        let cfg = TcpConfig {
+            nagle,
+            ..fast_config()
+        };
+        let mut n = established_pair(cfg.clone(), cfg);
+        let before = n.log.len();
+        for _ in 0..10 {
+            assert_eq!(n.conn_mut(0).send(b"x"), 1);
+            n.flush();
+        }
+        n.run_until(n.now + secs(1), |n| n.apps[1].got.len() == 10);
+        let lens: Vec<usize> = n.log[before..]
+            .iter()
+            .filter(|s| s.from == 0 && s.len > 0)
+            .map(|s| s.len)
+            .collect();
+        if nagle {
+            assert_eq!(lens, [1, 9]);
+        } else {
+            assert_eq!(lens, [1; 10]);
+        }
     }
 }
