@@ -588,7 +588,7 @@ impl Connection {
 
     fn after_handshake(&mut self) {
         if self.syn_retransmitted {
-            self.rtt.raise_to(RTO_AFTER_SYN_LOSS);
+            self.rtt.reinitialize(RTO_AFTER_SYN_LOSS);
         }
         if self.fin_queued {
             self.state = TcpState::FinWait1;
@@ -982,7 +982,12 @@ impl Connection {
             window: if f & flags::RST != 0 { 0 } else { window },
             urgent_ptr: 0,
             options,
-            payload: &self.send_buf.make_contiguous()[data],
+            // Only data segments pay for making the buffer one slice.
+            payload: if data.is_empty() {
+                &[]
+            } else {
+                &self.send_buf.make_contiguous()[data]
+            },
         };
         repr.emit(buf, *self.local.ip(), *self.remote.ip())
             .expect("the segment fits: its payload was cut to the buffer");

@@ -74,10 +74,11 @@ impl RttEstimator {
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
     }
 
-    /// Raises the computed RTO to at least `floor` (RFC 6298 §5.7: 3 s after a
-    /// retransmitted SYN).
-    pub(crate) fn raise_to(&mut self, floor: Duration) {
-        self.rto = self.rto.max(floor);
+    /// Starts over from `rto` without backoff (RFC 6298 §5.7: 3 s once the handshake
+    /// completes if the SYN had to be retransmitted; Karn left no sample).
+    pub(crate) fn reinitialize(&mut self, rto: Duration) {
+        self.rto = rto;
+        self.backoff = 0;
     }
 }
 
@@ -116,7 +117,8 @@ mod tests {
         assert_eq!(seen, [2, 4, 8, 16, 32, 60, 60, 60]);
         e.sample(ms(1));
         assert_eq!(e.rto(), ms(1000));
-        e.raise_to(ms(3000));
+        e.back_off();
+        e.reinitialize(ms(3000));
         assert_eq!(e.rto(), ms(3000));
     }
 }

@@ -67,6 +67,8 @@ struct App {
     written: usize,
     close_when_written: bool,
     read: bool,
+    /// Most bytes read per step (0: all there are), for a slow reader.
+    read_chunk: usize,
     got: Vec<u8>,
 }
 
@@ -86,6 +88,8 @@ struct Net {
     /// Config for a connection a SYN to the listener at end 1 creates; `None` is a
     /// closed port.
     listener: Option<TcpConfig>,
+    /// The listener's ISS instead of RFC 6528's.
+    listener_iss: Option<SeqNum>,
     faults: Faults,
     rng: SplitMix64,
     wire: Vec<InFlight>,
@@ -102,6 +106,7 @@ impl Net {
             ends: [None, None],
             apps: [App::default(), App::default()],
             listener: None,
+            listener_iss: None,
             faults,
             rng: SplitMix64::new(seed),
             wire: Vec::new(),
@@ -150,12 +155,17 @@ impl Net {
             }
             if app.read {
                 let mut buf = [0; 4096];
+                let chunk = if app.read_chunk == 0 {
+                    buf.len()
+                } else {
+                    app.read_chunk
+                };
                 loop {
-                    let n = c.recv(&mut buf);
-                    if n == 0 {
+                    let n = c.recv(&mut buf[..chunk]);
+                    app.got.extend_from_slice(&buf[..n]);
+                    if n == 0 || app.read_chunk != 0 {
                         break;
                     }
-                    app.got.extend_from_slice(&buf[..n]);
                 }
             }
         }
@@ -250,7 +260,9 @@ impl Net {
         match (&mut self.ends[to], &self.listener) {
             (Some(c), _) if c.state() != TcpState::Closed => c.handle_segment(r, now),
             (_, Some(cfg)) if to == 1 => {
-                let iss = initial_sequence_number(&KEY, ADDR[1], ADDR[0], now);
+                let iss = self
+                    .listener_iss
+                    .unwrap_or_else(|| initial_sequence_number(&KEY, ADDR[1], ADDR[0], now));
                 match Connection::accept(cfg.clone(), ADDR[1], ADDR[0], iss, r) {
                     Some(c) => self.ends[1] = Some(c),
                     None => self.reply_closed(to, r),
@@ -335,8 +347,13 @@ fn fast_config() -> TcpConfig {
 /// Both ends send `sizes[i]` bytes and close; checks that everything arrives and that
 /// both close cleanly, and returns the network afterwards.
 fn transfer(seed: u64, faults: Faults, sizes: [usize; 2], a: TcpConfig, b: TcpConfig) -> Net {
-    let mut n = Net::client_server(seed, faults, a, b);
+    transfer_with(Net::client_server(seed, faults, a, b), sizes, 0)
+}
+
+/// [`transfer`] on a prepared network, reading at most `read_chunk` bytes per step.
+fn transfer_with(mut n: Net, sizes: [usize; 2], read_chunk: usize) -> Net {
     for (i, app) in n.apps.iter_mut().enumerate() {
+        app.read_chunk = read_chunk;
         app.out = pattern(sizes[i], i as u8 * 0x55);
         app.close_when_written = true;
         app.read = true;
@@ -350,6 +367,10 @@ fn transfer(seed: u64, faults: Faults, sizes: [usize; 2], a: TcpConfig, b: TcpCo
         n.ends[0].as_ref().map(Connection::error),
         n.now,
     );
+    // A slow reader still has data to take after the connection is gone.
+    while n.ends.iter().flatten().any(|c| c.recv_queue_len() > 0) {
+        n.run_apps();
+    }
     for i in 0..2 {
         assert_eq!(n.conn(i).error(), None);
         assert!(
@@ -413,7 +434,7 @@ fn lossy_network_delivers_intact() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Random loss, duplication and reordering never damage either stream.
     #[test]
@@ -425,11 +446,31 @@ proptest! {
         a_len in 0usize..40_000,
         b_len in 0usize..40_000,
         nagle: bool,
+        delayed_ack: bool,
         mss in 100u16..1460,
+        recv_buffer in 200usize..20_000,
+        read_chunk in 0usize..3000,
+        iss: u32,
     ) {
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2) };
-        let cfg = TcpConfig { nagle, mss, recv_buffer: 8192, ..fast_config() };
-        transfer(seed, faults, [a_len, b_len], cfg.clone(), cfg);
+        let cfg = TcpConfig {
+            nagle,
+            mss,
+            recv_buffer,
+            delayed_ack: delayed_ack.then_some(ms(40)),
+            ..fast_config()
+        };
+        let mut n = Net::client_server(seed, faults, cfg.clone(), cfg);
+        // Sequence numbers near the wrap, often.
+        n.listener_iss = Some(SeqNum(iss | 0xffff_0000));
+        // The simulated reader acts only when something happens, so one that takes
+        // less than the SWS threshold per step would stall on the (correctly)
+        // unannounced window; a real reader goes on reading between events.
+        let read_chunk = match read_chunk {
+            0 => 0,
+            c => c.max(usize::from(mss).min(recv_buffer / 2)),
+        };
+        transfer_with(n, [a_len, b_len], read_chunk);
     }
 }
 
@@ -857,4 +898,145 @@ fn nagle_coalesces_small_writes() {
             assert_eq!(lens, [1; 10]);
         }
     }
+}
+
+#[test]
+fn sequence_numbers_wrap_during_transfer() {
+    let mut n = Net::client_server(8, quiet(), fast_config(), fast_config());
+    n.ends[0] = Some(Connection::connect(
+        fast_config(),
+        ADDR[0],
+        ADDR[1],
+        SeqNum(u32::MAX - 5000),
+    ));
+    n.listener_iss = Some(SeqNum(u32::MAX - 100));
+    let n = transfer_with(n, [300_000, 300_000], 0);
+    for i in 0..2 {
+        let data = n.log.iter().filter(|s| s.from == i && s.len > 0);
+        assert!(data.clone().any(|s| s.seq > u32::MAX - 10_000));
+        assert!(data.clone().any(|s| s.seq < 100_000));
+    }
+}
+
+#[test]
+fn lost_syn_ack_is_sent_again_and_rto_restarts_at_3s() {
+    let mut n = Net::client_server(10, quiet(), TcpConfig::default(), TcpConfig::default());
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let first_synack = s.has(flags::SYN | flags::ACK) && s.from == 1 && !dropped;
+        dropped |= first_synack;
+        !first_synack
+    });
+    assert!(n.run_until(at(secs(10)), Net::established));
+    let synacks: Vec<Time> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1 && s.has(flags::SYN))
+        .map(|s| s.at)
+        .collect();
+    // The client's SYN after 1 s finds the server in SYN-RECEIVED, which answers at
+    // once instead of waiting for its own timer.
+    assert_eq!(synacks, [at(ms(5)), at(ms(1005))]);
+    assert_eq!(n.now, at(ms(1015)));
+    // RFC 6298 §5.7: the client retransmitted its SYN, so its RTO is 3 s.
+    assert_eq!(n.conn(0).rto(), secs(3));
+    assert_eq!(n.conn(0).srtt(), None);
+}
+
+#[test]
+fn karn_takes_no_sample_from_retransmitted_data() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let srtt = n.conn(0).srtt();
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let first_data = s.from == 0 && s.len > 0 && !dropped;
+        dropped |= first_data;
+        !first_data
+    });
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100
+        && n.conn(0).send_queue_len() == 0));
+    // The one segment went twice, so its ACK measured nothing; the backoff stays.
+    assert_eq!(n.log.iter().filter(|s| s.len > 0).count(), 2);
+    assert_eq!(n.conn(0).srtt(), srtt);
+    assert_eq!(n.conn(0).rto(), ms(400));
+    // The next segment, sent once, gives a sample and clears the backoff.
+    n.apps[0].out.extend(pattern(100, 1));
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.conn(0).send_queue_len() == 0));
+    assert_eq!(n.conn(0).rto(), ms(200));
+}
+
+#[test]
+fn abort_resets_the_peer() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).send(b"unsent data is dropped");
+    n.conn_mut(0).abort();
+    assert_eq!((n.state(0), n.conn(0).error()), (TcpState::Closed, None));
+    assert!(n.run_until(at(secs(2)), |n| n.state(1) == TcpState::Closed));
+    assert_eq!(n.conn(1).error(), Some(TcpError::Reset));
+    let rst = last_from(&n, 0);
+    assert_eq!(rst.flags, flags::RST);
+    assert!(n.apps[1].got.is_empty());
+}
+
+#[test]
+fn time_wait_acks_a_retransmitted_fin_and_restarts() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).close();
+    assert!(n.run_until(at(secs(2)), |n| n.state(1) == TcpState::CloseWait));
+    n.conn_mut(1).close();
+    // The ACK of B's FIN is lost once: B sends the FIN again, A in TIME-WAIT
+    // acknowledges it and waits 2 MSL from then.
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let drop = s.from == 0 && !dropped;
+        dropped |= drop;
+        !drop
+    });
+    assert!(n.run_until(at(secs(5)), |n| n.state(0) == TcpState::TimeWait));
+    let first = n.now;
+    assert!(n.run_until(at(secs(5)), |n| n.state(1) == TcpState::Closed));
+    let fins: Vec<_> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1 && s.has(flags::FIN))
+        .collect();
+    assert_eq!(fins.len(), 2);
+    let again = fins[1].at + ms(5);
+    assert!(again > first);
+    assert!(n.run_until(at(secs(10)), Net::both_closed));
+    assert_eq!(n.now, again + 2 * fast_config().msl);
+}
+
+#[test]
+fn close_before_the_handshake() {
+    // In SYN-SENT, CLOSE just forgets the connection.
+    let mut c = Connection::connect(fast_config(), ADDR[0], ADDR[1], SeqNum(1));
+    c.close();
+    assert_eq!(c.state(), TcpState::Closed);
+    assert_eq!(c.poll_transmit(Time::ZERO, &mut [0; 100]), None);
+    // In SYN-RECEIVED, the FIN waits for the handshake; data on the SYN is not taken.
+    let mut n = Net::client_server(11, quiet(), fast_config(), fast_config());
+    let mut b = None;
+    while b.is_none() {
+        n.step();
+        b = n.ends[1].take();
+    }
+    let mut b = b.unwrap();
+    b.close();
+    assert_eq!(b.state(), TcpState::SynReceived);
+    n.ends[1] = Some(b);
+    n.apps[0].read = true;
+    assert!(
+        n.run_until(at(secs(2)), |n| n.state(1) == TcpState::FinWait2
+            && n.state(0) == TcpState::CloseWait)
+    );
+    let syn = forged(0, 7, 0, flags::SYN, b"early");
+    let mut c = Connection::accept(fast_config(), ADDR[1], ADDR[0], SeqNum(1), &syn).unwrap();
+    let mut buf = [0; 100];
+    let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    let p = TcpPacket::new_checked(&buf[..len]).unwrap();
+    assert_eq!((p.ack_number(), c.recv_queue_len()), (8, 0));
 }
