@@ -59,6 +59,38 @@ pub struct TcpConfig {
     /// Nagle's algorithm (RFC 9293 §3.7.4): hold back small segments while data is
     /// unacknowledged. Off is TCP_NODELAY.
     pub nagle: bool,
+    /// Keep-alive probing of an idle connection (RFC 9293 §3.8.4); off by default,
+    /// as RFC 1122 §4.2.3.6 requires.
+    pub keepalive: Option<Keepalive>,
+    /// Challenge ACKs (RFC 5961 §3–§5) sent per second at most (RFC 5961 §7), so
+    /// that forged segments cannot turn the connection into an amplifier. Counted
+    /// per connection: a host-wide count leaks to an off-path attacker which
+    /// connections exist (CVE-2016-5696).
+    pub challenge_ack_limit: u32,
+}
+
+/// Keep-alive settings (RFC 1122 §4.2.3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Silence from the peer before the first probe (RFC 1122: at least 2 hours by
+    /// default).
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes after which the connection fails with
+    /// [`TcpError::TimedOut`].
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    /// Linux's defaults: 2 hours, then 9 probes 75 s apart.
+    fn default() -> Self {
+        Keepalive {
+            idle: Duration::from_secs(2 * 3600),
+            interval: Duration::from_secs(75),
+            probes: 9,
+        }
+    }
 }
 
 impl Default for TcpConfig {
@@ -75,6 +107,8 @@ impl Default for TcpConfig {
             msl: Duration::from_secs(30),
             delayed_ack: None,
             nagle: true,
+            keepalive: None,
+            challenge_ack_limit: 100,
         }
     }
 }
@@ -246,6 +280,13 @@ pub struct Connection {
     time_wait_deadline: Option<Time>,
     /// A RST to send with this sequence number.
     rst_pending: Option<SeqNum>,
+    /// Start of the current one-second window of challenge ACKs, and how many went.
+    challenge_window: (Time, u32),
+    /// When the peer was last heard from, for keep-alive.
+    last_heard: Time,
+    /// Keep-alive probes sent since then.
+    keepalive_probes: u32,
+    keepalive_pending: bool,
 }
 
 impl Connection {
@@ -292,6 +333,10 @@ impl Connection {
             unacked_segments: 0,
             time_wait_deadline: None,
             rst_pending: None,
+            challenge_window: (Time::ZERO, 0),
+            last_heard: Time::ZERO,
+            keepalive_probes: 0,
+            keepalive_pending: false,
             config,
         }
     }
@@ -480,6 +525,7 @@ impl Connection {
             self.rtx_deadline,
             self.ack_deadline,
             self.time_wait_deadline,
+            self.keepalive_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -500,6 +546,27 @@ impl Connection {
             self.rtx_deadline = None;
             self.on_rto(now);
         }
+        if let (Some(t), Some(ka)) = (self.keepalive_deadline(), self.config.keepalive) {
+            if t <= now {
+                if self.keepalive_probes >= ka.probes {
+                    self.enter_closed(Some(TcpError::TimedOut));
+                } else {
+                    self.keepalive_probes += 1;
+                    self.keepalive_pending = true;
+                }
+            }
+        }
+    }
+
+    /// When the next keep-alive probe is due: only on an open connection with
+    /// nothing outstanding, since the retransmission and persist timers watch the
+    /// peer otherwise (RFC 1122 §4.2.3.6: probe only when no data or ACK arrived).
+    fn keepalive_deadline(&self) -> Option<Time> {
+        let ka = self.config.keepalive?;
+        let idle = matches!(self.state, TcpState::Established | TcpState::CloseWait)
+            && self.snd_una == self.snd_max
+            && self.rtx_deadline.is_none();
+        idle.then(|| self.last_heard + ka.idle + ka.interval * self.keepalive_probes)
     }
 
     /// Data or a FIN waits to go out.
@@ -574,6 +641,7 @@ impl Connection {
             return;
         }
         self.take_syn(repr);
+        self.last_heard = now;
         if ack_ok {
             self.state = TcpState::Established;
             self.ack_advance(seg.ack, now);
@@ -630,7 +698,10 @@ impl Connection {
             // A window probe, answered with the (still zero) window.
             self.ack_now = true;
         }
-        if !acceptable && !control_only {
+        if acceptable || control_only {
+            self.last_heard = now;
+            self.keepalive_probes = 0;
+        } else {
             if !seg.has(flags::RST) {
                 self.ack_now = true;
                 if self.state == TcpState::TimeWait && seg.has(flags::FIN) {
@@ -652,7 +723,7 @@ impl Connection {
                 };
                 self.enter_closed(error);
             } else {
-                self.ack_now = true;
+                self.challenge_ack(now);
             }
             return;
         }
@@ -660,7 +731,7 @@ impl Connection {
         // Fourth, SYN (RFC 5961 §4.2): in any synchronized state, in window or not,
         // a challenge ACK; a peer that really restarted answers it with a RST.
         if seg.has(flags::SYN) {
-            self.ack_now = true;
+            self.challenge_ack(now);
             return;
         }
 
@@ -679,14 +750,10 @@ impl Connection {
             self.snd_wl2 = seg.ack;
             self.after_handshake();
         }
-        if seg.ack > self.snd_max {
-            // Acknowledges something never sent.
-            self.ack_now = true;
-            return;
-        }
-        if seg.ack < self.snd_una - self.max_snd_wnd {
-            // RFC 5961 §5.2: too old to be from this connection's recent past.
-            self.ack_now = true;
+        // RFC 5961 §5.2: an ACK of something never sent, or too old to be from this
+        // connection's recent past, is answered and the segment dropped.
+        if seg.ack > self.snd_max || seg.ack < self.snd_una - self.max_snd_wnd {
+            self.challenge_ack(now);
             return;
         }
         if seg.ack > self.snd_una {
@@ -742,6 +809,18 @@ impl Connection {
             self.ack_now = true;
         }
         self.check_fin(now);
+    }
+
+    /// An ACK demanded by RFC 5961, within the per-second limit of §7.
+    fn challenge_ack(&mut self, now: Time) {
+        let (start, sent) = &mut self.challenge_window;
+        if now >= *start + Duration::from_secs(1) {
+            (*start, *sent) = (now, 0);
+        }
+        if *sent < self.config.challenge_ack_limit {
+            *sent += 1;
+            self.ack_now = true;
+        }
     }
 
     fn take_text(&mut self, seg: &Segment, now: Time) {
@@ -892,6 +971,12 @@ impl Connection {
             {
                 self.rtx_deadline = Some(now + self.rtt.rto());
             }
+        }
+        if self.keepalive_pending {
+            // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
+            // so a live peer answers with an ACK.
+            self.keepalive_pending = false;
+            return Some(self.emit(buf, self.snd_nxt - 1, flags::ACK, &[], 0..0));
         }
         if self.ack_now {
             return Some(self.emit(buf, self.snd_nxt, flags::ACK, &[], 0..0));

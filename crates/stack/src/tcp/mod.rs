@@ -6,8 +6,9 @@
 //! What is here: the state machine of RFC 9293 §3.3.2 with active, passive and
 //! simultaneous open and close, half-close, RST and SYN handling hardened per
 //! RFC 5961 §3–§5, ISNs per RFC 6528 ([`initial_sequence_number`]), the MSS option,
-//! retransmission with the RFC 6298 timer, zero-window probing, delayed ACKs and
-//! Nagle's algorithm, both switchable. Window scaling, timestamps, SACK and
+//! retransmission with the RFC 6298 timer, zero-window probing, keep-alive, delayed
+//! ACKs and Nagle's algorithm, all switchable, and challenge ACKs limited per RFC
+//! 5961 §7. Window scaling, timestamps, SACK and
 //! congestion control are not: the send window is the peer's advertised window.
 
 mod connection;
@@ -19,6 +20,6 @@ mod seq;
 #[cfg(test)]
 mod tests;
 
-pub use connection::{reset_for_closed, Connection, TcpConfig, TcpError, TcpState};
+pub use connection::{reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState};
 pub use isn::initial_sequence_number;
 pub use seq::SeqNum;

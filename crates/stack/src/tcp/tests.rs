@@ -1040,3 +1040,75 @@ fn close_before_the_handshake() {
     let p = TcpPacket::new_checked(&buf[..len]).unwrap();
     assert_eq!((p.ack_number(), c.recv_queue_len()), (8, 0));
 }
+
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let cfg = TcpConfig {
+        challenge_ack_limit: 10,
+        ..fast_config()
+    };
+    let mut n = established_pair(fast_config(), cfg);
+    let (rcv_nxt, _) = b_view(&n);
+    let flood = |n: &mut Net| {
+        (0..50u32)
+            .map(|k| {
+                answer(
+                    n,
+                    1,
+                    &forged(0, rcv_nxt.wrapping_add(1 + k), 0, flags::RST, &[]),
+                )
+                .len()
+            })
+            .sum::<usize>()
+    };
+    assert_eq!(flood(&mut n), 10);
+    assert_eq!(flood(&mut n), 0);
+    // A second later the allowance is back.
+    n.now = n.now + secs(1);
+    assert_eq!(flood(&mut n), 10);
+    assert!(n.established());
+}
+
+#[test]
+fn keepalive_probes_idle_peer_then_times_out() {
+    let cfg = TcpConfig {
+        keepalive: Some(Keepalive {
+            idle: secs(10),
+            interval: secs(1),
+            probes: 3,
+        }),
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg, fast_config());
+    // The SYN-ACK, the last the client heard, took 5 ms.
+    let heard = last_from(&n, 1).at + ms(5);
+    let before = n.log.len();
+    // A live peer answers each probe, which restarts the idle time.
+    n.run_until(heard + secs(25), |_| false);
+    let probes: Vec<Sent> = n.log[before..]
+        .iter()
+        .filter(|s| s.from == 0)
+        .copied()
+        .collect();
+    let answers = n.log[before..].iter().filter(|s| s.from == 1).count();
+    assert_eq!(probes.len(), 2);
+    assert_eq!(answers, 2);
+    assert_eq!(probes[0].at, heard + secs(10));
+    assert_eq!(probes[1].at, heard + secs(20) + ms(10));
+    // SND.NXT − 1: the client has sent only its SYN, at the ISS.
+    assert_eq!(probes[0].seq, n.log[0].seq);
+    assert_eq!(probes[0].len, 0);
+    assert!(n.established());
+    // A dead peer: three probes a second apart, then the connection fails.
+    n.pass = Box::new(|_| false);
+    let heard = heard + secs(20) + ms(10) + ms(10);
+    let before = n.log.len();
+    assert!(n.run_until(heard + secs(60), |n| n.state(0) == TcpState::Closed));
+    let times: Vec<Time> = n.log[before..].iter().map(|s| s.at).collect();
+    assert_eq!(
+        times,
+        [heard + secs(10), heard + secs(11), heard + secs(12)]
+    );
+    assert_eq!(n.now, heard + secs(13));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
