@@ -8,6 +8,7 @@ use std::time::Duration;
 use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter, MIN_HEADER_LEN};
 use exonet_wire::TcpRepr;
 
+use super::cc::NewReno;
 use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::seq::SeqNum;
@@ -274,12 +275,27 @@ pub struct Connection {
     rtt_sample: Option<(SeqNum, Time)>,
     syn_retransmitted: bool,
     ack_now: bool,
+    /// Out-of-order segments not yet answered each with its own duplicate ACK (RFC
+    /// 5681 §4.2), which the sender's fast retransmit counts; several may arrive
+    /// before the caller polls.
+    dup_acks_owed: u32,
     ack_deadline: Option<Time>,
     /// Segments received since our last ACK, for the every-second-segment rule.
     unacked_segments: u32,
     time_wait_deadline: Option<Time>,
     /// A RST to send with this sequence number.
     rst_pending: Option<SeqNum>,
+
+    // Congestion control and loss recovery (RFC 5681, RFC 6582).
+    cc: NewReno,
+    /// Duplicate ACKs in a row (RFC 5681 §2's definition).
+    dup_acks: u32,
+    /// In fast recovery until SND.UNA passes `recover`.
+    in_recovery: bool,
+    /// RFC 6582's "recover": SND.MAX when recovery began or a timeout struck.
+    recover: SeqNum,
+    /// Resend the segment at SND.UNA once, without going back (fast retransmit).
+    rexmit_pending: bool,
     /// Start of the current one-second window of challenge ACKs, and how many went.
     challenge_window: (Time, u32),
     /// When the peer was last heard from, for keep-alive.
@@ -329,10 +345,16 @@ impl Connection {
             rtt_sample: None,
             syn_retransmitted: false,
             ack_now: false,
+            dup_acks_owed: 0,
             ack_deadline: None,
             unacked_segments: 0,
             time_wait_deadline: None,
             rst_pending: None,
+            cc: NewReno::new(u32::from(DEFAULT_MSS)),
+            dup_acks: 0,
+            in_recovery: false,
+            recover: iss,
+            rexmit_pending: false,
             challenge_window: (Time::ZERO, 0),
             last_heard: Time::ZERO,
             keepalive_probes: 0,
@@ -385,6 +407,7 @@ impl Connection {
         self.snd_wl2 = SeqNum(syn.ack_number);
         let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
         self.send_mss = usize::from(peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS)));
+        self.cc = NewReno::new(self.send_mss as u32);
     }
 
     /// The state.
@@ -499,7 +522,9 @@ impl Connection {
                 | TcpState::FinWait2
                 | TcpState::CloseWait
         ) {
-            self.rst_pending = Some(self.snd_nxt);
+            // SND.MAX: the peer's RCV.NXT if it has everything, which RFC 5961 §3.2
+            // asks of a RST (SND.NXT may have gone back for a retransmission).
+            self.rst_pending = Some(self.snd_max);
         }
         self.enter_closed(None);
     }
@@ -596,6 +621,15 @@ impl Connection {
         self.rtt.back_off();
         // Karn: no sample from a segment that may have been sent twice.
         self.rtt_sample = None;
+        if !persist {
+            // RFC 5681 §3.1: a timeout is congestion; RFC 6582 §3.2 step 1 (via
+            // `recover`): duplicate ACKs of what was in flight start no recovery.
+            self.cc.on_timeout(self.snd_max.distance_from(self.snd_una));
+            self.recover = self.snd_max;
+        }
+        self.in_recovery = false;
+        self.dup_acks = 0;
+        self.rexmit_pending = false;
         self.snd_nxt = self.snd_una;
         self.syn_retransmitted |= handshake;
         self.probe = self.snd_wnd == 0;
@@ -703,7 +737,13 @@ impl Connection {
             self.keepalive_probes = 0;
         } else {
             if !seg.has(flags::RST) {
-                self.ack_now = true;
+                if seg.len() == 0 {
+                    // A bare ACK: answering each without limit lets two ends that
+                    // disagree ping-pong forever (Linux limits these too).
+                    self.challenge_ack(now);
+                } else {
+                    self.ack_now = true;
+                }
                 if self.state == TcpState::TimeWait && seg.has(flags::FIN) {
                     // A retransmitted FIN: our ACK was lost; wait 2 MSL from now.
                     self.enter_time_wait(now);
@@ -739,7 +779,8 @@ impl Connection {
         if !seg.has(flags::ACK) {
             return;
         }
-        if self.state == TcpState::SynReceived {
+        let handshake = self.state == TcpState::SynReceived;
+        if handshake {
             if !(seg.ack > self.snd_una && seg.ack <= self.snd_max) {
                 self.rst_pending = Some(seg.ack);
                 return;
@@ -755,6 +796,9 @@ impl Connection {
         if seg.ack > self.snd_max || seg.ack < self.snd_una - self.max_snd_wnd {
             self.challenge_ack(now);
             return;
+        }
+        if !handshake {
+            self.congestion_on_ack(&seg);
         }
         if seg.ack > self.snd_una {
             self.ack_advance(seg.ack, now);
@@ -811,7 +855,51 @@ impl Connection {
         self.check_fin(now);
     }
 
-    /// An ACK demanded by RFC 5961, within the per-second limit of §7.
+    /// Congestion window and recovery from an acceptable ACK, before SND.UNA and
+    /// SND.WND take it in.
+    fn congestion_on_ack(&mut self, seg: &Segment) {
+        let flight = self.snd_max.distance_from(self.snd_una);
+        if seg.ack > self.snd_una {
+            let acked = seg.ack.distance_from(self.snd_una);
+            self.dup_acks = 0;
+            if !self.in_recovery {
+                self.cc.on_ack(acked);
+            } else if seg.ack >= self.recover {
+                // RFC 6582 §3.2 step 3: a full ACK.
+                self.in_recovery = false;
+                self.cc.exit_recovery(flight - acked);
+            } else {
+                // Step 5: a partial ACK; the next hole is lost too.
+                self.cc.on_partial_ack(acked);
+                self.rexmit_pending = true;
+            }
+            return;
+        }
+        // RFC 5681 §2: a duplicate ACK acknowledges nothing new while data is
+        // outstanding, carries no data, SYN or FIN, and leaves the window alone.
+        let duplicate = seg.ack == self.snd_una
+            && flight > 0
+            && seg.payload.is_empty()
+            && !seg.has(flags::SYN | flags::FIN)
+            && u32::from(seg.window) == self.snd_wnd;
+        if !duplicate {
+            return;
+        }
+        self.dup_acks += 1;
+        if self.in_recovery {
+            self.cc.on_dup_ack();
+        } else if self.dup_acks == 3 && self.snd_una > self.recover {
+            // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
+            // `recover`, so one loss event is not taken for several).
+            self.in_recovery = true;
+            self.recover = self.snd_max;
+            self.cc.enter_recovery(flight);
+            self.rexmit_pending = true;
+        }
+    }
+
+    /// An ACK demanded by RFC 5961, or by a bare ACK outside the window, within the
+    /// per-second limit of RFC 5961 §7.
     fn challenge_ack(&mut self, now: Time) {
         let (start, sent) = &mut self.challenge_window;
         if now >= *start + Duration::from_secs(1) {
@@ -836,6 +924,9 @@ impl Connection {
         self.rcv_nxt = self.rcv_nxt + advanced as u32;
         // RFC 5681 §4.2: out-of-order data, and data filling a hole, are acknowledged
         // at once, so the sender learns of losses quickly.
+        if off > 0 {
+            self.dup_acks_owed += 1;
+        }
         if off > 0 || advanced != data.len() || gap_before {
             self.ack_now = true;
             return;
@@ -949,7 +1040,22 @@ impl Connection {
 
     fn transmit_synchronized(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
         let room = buf.len() - MIN_HEADER_LEN;
+        if self.dup_acks_owed > 1 {
+            // All but the last; the last goes as the pending ACK below, or rides on
+            // data.
+            self.dup_acks_owed -= 1;
+            let n = self.emit(buf, self.snd_max, flags::ACK, &[], 0..0);
+            self.ack_now = true;
+            return Some(n);
+        }
+        self.dup_acks_owed = 0;
         if self.state != TcpState::SynReceived {
+            if self.rexmit_pending {
+                self.rexmit_pending = false;
+                if let Some(n) = self.fast_retransmit(buf, room) {
+                    return Some(n);
+                }
+            }
             if let Some((len, fin)) = self.next_data(room) {
                 let offset = self.snd_nxt.diff(self.send_base) as usize;
                 let mut f = flags::ACK;
@@ -976,12 +1082,42 @@ impl Connection {
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
             // so a live peer answers with an ACK.
             self.keepalive_pending = false;
-            return Some(self.emit(buf, self.snd_nxt - 1, flags::ACK, &[], 0..0));
+            return Some(self.emit(buf, self.snd_max - 1, flags::ACK, &[], 0..0));
         }
         if self.ack_now {
-            return Some(self.emit(buf, self.snd_nxt, flags::ACK, &[], 0..0));
+            // At SND.MAX, not SND.NXT: while going back after a timeout SND.NXT lies
+            // below what the peer has, and an ACK there would be unacceptable to it
+            // and answered with another ACK (as BSD does).
+            return Some(self.emit(buf, self.snd_max, flags::ACK, &[], 0..0));
         }
         None
+    }
+
+    /// Sends the segment at SND.UNA again, leaving SND.NXT where it is (RFC 5681
+    /// §3.2 step 3, RFC 6582 §3.2 step 5).
+    fn fast_retransmit(&mut self, buf: &mut [u8], room: usize) -> Option<usize> {
+        if self.snd_nxt <= self.snd_una {
+            // Going back after a timeout sends it anyway.
+            return None;
+        }
+        let offset = self.snd_una.diff(self.send_base).max(0) as usize;
+        // Only what went out before: SND.MAX bounds the data.
+        let sent = self.snd_max.distance_from(self.send_base) as usize;
+        let avail = self.send_buf.len().min(sent).checked_sub(offset)?;
+        let len = avail.min(self.send_mss).min(room);
+        let fin_sent =
+            self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
+        let fin = fin_sent && len == avail;
+        if len == 0 && !fin {
+            return None;
+        }
+        let mut f = flags::ACK;
+        if fin {
+            f |= flags::FIN;
+        }
+        // Karn: whatever was being timed may be this segment.
+        self.rtt_sample = None;
+        Some(self.emit(buf, self.snd_una, f, &[], offset..offset + len))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
@@ -991,7 +1127,17 @@ impl Connection {
         let avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
             .try_into()
             .ok()?;
-        let mut allowance = (self.snd_una + self.snd_wnd).distance_from(self.snd_nxt) as usize;
+        // The usable window (RFC 5681 §3.1): the peer's, further bounded by cwnd,
+        // which Limited Transmit (RFC 3042 §2) stretches by a segment for each of the
+        // first two duplicate ACKs, so that a small window still yields the third.
+        let limited_transmit = if self.in_recovery {
+            0
+        } else {
+            self.dup_acks.min(2)
+        };
+        let cwnd = self.cc.window() + limited_transmit * self.send_mss as u32;
+        let wnd = self.snd_wnd.min(cwnd);
+        let mut allowance = (self.snd_una + wnd).distance_from(self.snd_nxt) as usize;
         let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
         if forced {
             // RFC 9293 §3.8.6.1: a probe carries one byte beyond the zero window.

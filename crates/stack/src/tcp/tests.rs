@@ -41,6 +41,9 @@ struct Faults {
     reorder: f64,
     delay: Duration,
     jitter: Duration,
+    /// Time each segment occupies the link in its direction (a bandwidth), so
+    /// segments sent together arrive one after another; 0 for infinitely fast.
+    spacing: Duration,
 }
 
 /// A segment as sent, for assertions.
@@ -95,6 +98,8 @@ struct Net {
     wire: Vec<InFlight>,
     order: u64,
     log: Vec<Sent>,
+    /// When each direction's link is free again (see [`Faults::spacing`]).
+    link_free: [Time; 2],
     /// Returns false for segments the test drops on purpose.
     pass: Filter,
 }
@@ -112,6 +117,7 @@ impl Net {
             wire: Vec::new(),
             order: 0,
             log: Vec::new(),
+            link_free: [Time::ZERO; 2],
             pass: Box::new(|_| true),
         }
     }
@@ -239,8 +245,13 @@ impl Net {
                 d += self.faults.jitter * 3;
             }
             self.order += 1;
+            let mut at = self.now + d;
+            if self.faults.spacing > Duration::ZERO {
+                at = at.max(self.link_free[from] + self.faults.spacing);
+                self.link_free[from] = at;
+            }
             self.wire.push(InFlight {
-                at: self.now + d,
+                at,
                 order: self.order,
                 to: 1 - from,
                 bytes: bytes.clone(),
@@ -417,6 +428,7 @@ fn lossy_network_delivers_intact() {
         reorder: 0.1,
         delay: ms(10),
         jitter: ms(4),
+        spacing: Duration::from_micros(12),
     };
     let n = transfer(7, faults, [400_000, 200_000], fast_config(), fast_config());
     // Losses were repaired by sending again.
@@ -451,8 +463,10 @@ proptest! {
         recv_buffer in 200usize..20_000,
         read_chunk in 0usize..3000,
         iss: u32,
+        spacing_us in 0u64..50,
     ) {
-        let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2) };
+        let spacing = Duration::from_micros(spacing_us);
+        let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
         let cfg = TcpConfig {
             nagle,
             mss,
@@ -1066,6 +1080,13 @@ fn challenge_acks_are_rate_limited() {
     // A second later the allowance is back.
     n.now = n.now + secs(1);
     assert_eq!(flood(&mut n), 10);
+    // Bare ACKs outside the window draw on the same allowance, so two ends that
+    // disagree cannot ping-pong ACKs without end.
+    n.now = n.now + secs(1);
+    let (_, snd_nxt) = b_view(&n);
+    let old = forged(0, rcv_nxt.wrapping_sub(5000), snd_nxt, flags::ACK, &[]);
+    let replies: usize = (0..50).map(|_| answer(&mut n, 1, &old).len()).sum();
+    assert_eq!(replies, 10);
     assert!(n.established());
 }
 
@@ -1111,4 +1132,79 @@ fn keepalive_probes_idle_peer_then_times_out() {
     );
     assert_eq!(n.now, heard + secs(13));
     assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+/// Data segments end 0 sent: (time, seq, len).
+fn data_from_a(n: &Net) -> Vec<(Time, u32, usize)> {
+    n.log
+        .iter()
+        .filter(|s| s.from == 0 && s.len > 0)
+        .map(|s| (s.at, s.seq, s.len))
+        .collect()
+}
+
+#[test]
+fn slow_start_from_the_initial_window() {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    // Segments of a flight arrive apart, each acknowledged on its own.
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[0].out = pattern(100_000, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100_000));
+    // Flights a round trip (10 ms) apart: 3 segments (RFC 5681 IW for 1460-byte
+    // segments), then each ACK releases two.
+    let data = data_from_a(&n);
+    let t0 = data[0].0;
+    let flights: Vec<usize> = (0..4)
+        .map(|k| {
+            data.iter()
+                .filter(|d| {
+                    d.0.saturating_duration_since(t0) >= ms(10 * k)
+                        && d.0.saturating_duration_since(t0) < ms(10 * (k + 1))
+                })
+                .count()
+        })
+        .collect();
+    assert_eq!(flights, [3, 6, 12, 24]);
+}
+
+/// Drops the first transmission of end 0's data segments with these indices in the
+/// stream, then checks that the transfer needed no timeout: every loss resent
+/// within a second (the RTO floor), and nothing else sent twice.
+fn recover_without_timeout(losses: &'static [u32]) {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    let first = last_from(&n, 0).seq;
+    let mut dropped = Vec::new();
+    n.pass = Box::new(move |s| {
+        let index = s.seq.wrapping_sub(first) / 1460;
+        let drop = s.from == 0 && s.len > 0 && losses.contains(&index) && !dropped.contains(&index);
+        if drop {
+            dropped.push(index);
+        }
+        !drop
+    });
+    n.apps[0].out = pattern(200_000, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(60), |n| n.apps[1].got.len() == 200_000));
+    assert!(n.apps[1].got == n.apps[0].out);
+    let data = data_from_a(&n);
+    assert_eq!(data.len(), 200_000usize.div_ceil(1460) + losses.len());
+    for &i in losses {
+        let seq = first.wrapping_add(i * 1460);
+        let sent: Vec<Time> = data.iter().filter(|d| d.1 == seq).map(|d| d.0).collect();
+        assert_eq!(sent.len(), 2);
+        assert!(sent[1].saturating_duration_since(sent[0]) < secs(1));
+    }
+}
+
+#[test]
+fn fast_retransmit_repairs_a_loss() {
+    recover_without_timeout(&[10]);
+}
+
+#[test]
+fn newreno_repairs_several_losses_in_one_window() {
+    // 10 and 13 in one window (a partial ACK), 17 just after recovery with a window
+    // too small for three duplicate ACKs but for Limited Transmit.
+    recover_without_timeout(&[10, 13, 17]);
 }
