@@ -26,6 +26,12 @@ impl NewReno {
         }
     }
 
+    /// RFC 5681 §3.1: after a lost SYN or SYN-ACK the initial window MUST be one
+    /// segment.
+    pub(crate) fn syn_lost(&mut self) {
+        self.cwnd = self.mss;
+    }
+
     /// Bytes that may be outstanding.
     pub(crate) fn window(&self) -> u32 {
         self.cwnd
@@ -90,6 +96,9 @@ mod tests {
         assert_eq!(NewReno::new(536).window(), 4 * 536);
         assert_eq!(NewReno::new(1460).window(), 3 * 1460);
         assert_eq!(NewReno::new(4000).window(), 8000);
+        let mut c = NewReno::new(1460);
+        c.syn_lost();
+        assert_eq!(c.window(), 1460);
     }
 
     #[test]

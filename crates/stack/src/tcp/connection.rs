@@ -682,15 +682,18 @@ impl Connection {
             self.after_handshake();
             self.ack_now = true;
         } else {
-            // Simultaneous open: SYN-ACK with our ISS again.
+            // Simultaneous open: SYN-ACK with our ISS again, which makes the SYN's
+            // timing worthless (Karn).
             self.state = TcpState::SynReceived;
             self.snd_nxt = self.iss;
+            self.rtt_sample = None;
         }
     }
 
     fn after_handshake(&mut self) {
         if self.syn_retransmitted {
             self.rtt.reinitialize(RTO_AFTER_SYN_LOSS);
+            self.cc.syn_lost();
         }
         if self.fin_queued {
             self.state = TcpState::FinWait1;
@@ -737,9 +740,10 @@ impl Connection {
             self.keepalive_probes = 0;
         } else {
             if !seg.has(flags::RST) {
-                if seg.len() == 0 {
+                if seg.len() == 0 || seg.has(flags::SYN) {
                     // A bare ACK: answering each without limit lets two ends that
-                    // disagree ping-pong forever (Linux limits these too).
+                    // disagree ping-pong forever (Linux limits these too). A SYN
+                    // gets RFC 5961 §4's challenge ACK.
                     self.challenge_ack(now);
                 } else {
                     self.ack_now = true;

@@ -955,6 +955,11 @@ fn lost_syn_ack_is_sent_again_and_rto_restarts_at_3s() {
     // RFC 6298 §5.7: the client retransmitted its SYN, so its RTO is 3 s.
     assert_eq!(n.conn(0).rto(), secs(3));
     assert_eq!(n.conn(0).srtt(), None);
+    // RFC 5681 §3.1: and its initial window is one segment.
+    n.apps[0].out = pattern(10_000, 0);
+    n.run_until(n.now + secs(1), |n| n.apps[1].got.len() == 10_000);
+    let data = data_from_a(&n);
+    assert_eq!(data.iter().filter(|d| d.0 == data[0].0).count(), 1);
 }
 
 #[test]
