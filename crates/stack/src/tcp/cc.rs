@@ -76,7 +76,7 @@ impl NewReno {
     pub(crate) fn on_partial_ack(&mut self, acked: u32) {
         self.cwnd = self.cwnd.saturating_sub(acked).max(self.mss);
         if acked >= self.mss {
-            self.cwnd += self.mss;
+            self.cwnd = self.cwnd.saturating_add(self.mss);
         }
     }
 

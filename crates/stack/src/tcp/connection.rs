@@ -151,6 +151,25 @@ pub enum TcpError {
     TimedOut,
 }
 
+/// Counters of one connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Segments given to [`Connection::handle_segment`].
+    pub segments_received: u64,
+    /// Segments written by [`Connection::poll_transmit`].
+    pub segments_sent: u64,
+    /// Of those, SYNs, data or FINs sent again.
+    pub retransmitted: u64,
+    /// Retransmission (or persist) timeouts.
+    pub timeouts: u64,
+    /// Fast retransmits, each entering recovery or answering a partial ACK.
+    pub fast_retransmits: u64,
+    /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
+    pub challenge_acks: u64,
+    /// See `challenge_acks`.
+    pub challenge_acks_suppressed: u64,
+}
+
 /// The fields of a received segment the state machine reads.
 #[derive(Debug, Clone, Copy)]
 struct Segment<'a> {
@@ -285,6 +304,7 @@ pub struct Connection {
     time_wait_deadline: Option<Time>,
     /// A RST to send with this sequence number.
     rst_pending: Option<SeqNum>,
+    stats: TcpStats,
 
     // Congestion control and loss recovery (RFC 5681, RFC 6582).
     cc: NewReno,
@@ -350,6 +370,7 @@ impl Connection {
             unacked_segments: 0,
             time_wait_deadline: None,
             rst_pending: None,
+            stats: TcpStats::default(),
             cc: NewReno::new(u32::from(DEFAULT_MSS)),
             dup_acks: 0,
             in_recovery: false,
@@ -438,6 +459,11 @@ impl Connection {
     /// The current retransmission timeout, backoff included.
     pub fn rto(&self) -> Duration {
         self.rtt.rto()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
     }
 
     /// The smoothed RTT, once measured.
@@ -608,6 +634,7 @@ impl Connection {
             return;
         }
         self.retries += 1;
+        self.stats.timeouts += 1;
         let handshake = matches!(self.state, TcpState::SynSent | TcpState::SynReceived);
         let limit = if handshake {
             self.config.max_syn_retransmissions
@@ -639,6 +666,7 @@ impl Connection {
     /// SEGMENT ARRIVES (RFC 9293 §3.10.7) for this connection's 4-tuple, checksum
     /// verified.
     pub fn handle_segment(&mut self, repr: &TcpRepr, now: Time) {
+        self.stats.segments_received += 1;
         let seg = Segment {
             seq: SeqNum(repr.seq_number),
             ack: SeqNum(repr.ack_number),
@@ -912,6 +940,9 @@ impl Connection {
         if *sent < self.config.challenge_ack_limit {
             *sent += 1;
             self.ack_now = true;
+            self.stats.challenge_acks += 1;
+        } else {
+            self.stats.challenge_acks_suppressed += 1;
         }
     }
 
@@ -1121,6 +1152,8 @@ impl Connection {
         }
         // Karn: whatever was being timed may be this segment.
         self.rtt_sample = None;
+        self.stats.retransmitted += 1;
+        self.stats.fast_retransmits += 1;
         Some(self.emit(buf, self.snd_una, f, &[], offset..offset + len))
     }
 
@@ -1139,7 +1172,10 @@ impl Connection {
         } else {
             self.dup_acks.min(2)
         };
-        let cwnd = self.cc.window() + limited_transmit * self.send_mss as u32;
+        let cwnd = self
+            .cc
+            .window()
+            .saturating_add(limited_transmit * self.send_mss as u32);
         let wnd = self.snd_wnd.min(cwnd);
         let mut allowance = (self.snd_una + wnd).distance_from(self.snd_nxt) as usize;
         let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
@@ -1173,6 +1209,9 @@ impl Connection {
 
     /// Bookkeeping after sending `len` sequence numbers at SND.NXT.
     fn sent(&mut self, now: Time, len: u32) {
+        if self.snd_nxt < self.snd_max {
+            self.stats.retransmitted += 1;
+        }
         self.snd_nxt = self.snd_nxt + len;
         if self.snd_nxt > self.snd_max {
             self.snd_max = self.snd_nxt;
@@ -1224,6 +1263,7 @@ impl Connection {
                 &self.send_buf.make_contiguous()[data]
             },
         };
+        self.stats.segments_sent += 1;
         repr.emit(buf, *self.local.ip(), *self.remote.ip())
             .expect("the segment fits: its payload was cut to the buffer");
         repr.buffer_len()

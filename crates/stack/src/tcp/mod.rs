@@ -23,6 +23,8 @@ mod seq;
 #[cfg(test)]
 mod tests;
 
-pub use connection::{reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState};
+pub use connection::{
+    reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
+};
 pub use isn::initial_sequence_number;
 pub use seq::SeqNum;

@@ -220,6 +220,12 @@ impl Net {
             )
             .unwrap();
         assert_eq!(sum, h.checksum);
+        // Every SYN carries the MSS option, read back by etherparse too.
+        let mss = h.options_iterator().find_map(|o| match o {
+            Ok(etherparse::TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+            _ => None,
+        });
+        assert_eq!(mss.is_some(), h.syn);
         let sent = Sent {
             at: self.now,
             from,
@@ -437,11 +443,11 @@ fn lossy_network_delivers_intact() {
     seqs.sort_unstable();
     seqs.dedup();
     assert!(seqs.len() < data.len());
-    println!(
-        "{} data segments, {} distinct, done at {:?}",
-        data.len(),
-        seqs.len(),
-        n.now
+    let st = n.conn(0).stats();
+    assert!(st.retransmitted > 0 && st.fast_retransmits > 0);
+    assert_eq!(
+        st.segments_sent,
+        n.log.iter().filter(|s| s.from == 0).count() as u64
     );
 }
 
@@ -739,6 +745,8 @@ fn syn_retransmission_backoff_then_timeout() {
         .collect();
     // RFC 6298: 1 s, doubling; six retransmissions (the default limit).
     assert_eq!(times, [0, 1, 3, 7, 15, 31, 63]);
+    let st = n.conn(0).stats();
+    assert_eq!((st.timeouts, st.retransmitted, st.segments_sent), (7, 6, 7));
     assert!(n.log.iter().all(|s| s.flags == flags::SYN));
     // The seventh timeout, after 60 s (the RTO's cap), gives up.
     assert_eq!(n.now, at(secs(123)));
@@ -1082,6 +1090,8 @@ fn challenge_acks_are_rate_limited() {
     };
     assert_eq!(flood(&mut n), 10);
     assert_eq!(flood(&mut n), 0);
+    let st = n.conn(1).stats();
+    assert_eq!((st.challenge_acks, st.challenge_acks_suppressed), (10, 90));
     // A second later the allowance is back.
     n.now = n.now + secs(1);
     assert_eq!(flood(&mut n), 10);
@@ -1194,6 +1204,9 @@ fn recover_without_timeout(losses: &'static [u32]) {
     assert!(n.apps[1].got == n.apps[0].out);
     let data = data_from_a(&n);
     assert_eq!(data.len(), 200_000usize.div_ceil(1460) + losses.len());
+    let st = n.conn(0).stats();
+    assert_eq!((st.timeouts, st.retransmitted), (0, losses.len() as u64));
+    assert_eq!(st.fast_retransmits, losses.len() as u64);
     for &i in losses {
         let seq = first.wrapping_add(i * 1460);
         let sent: Vec<Time> = data.iter().filter(|d| d.1 == seq).map(|d| d.0).collect();
