@@ -19,12 +19,14 @@ const DEFAULT_MSS: u16 = 536;
 /// A floor under the peer's MSS, as Linux's `tcp_min_snd_mss`: a tiny advertised MSS
 /// would make every byte cost a segment.
 const MIN_MSS: u16 = 48;
-/// The largest window the 16-bit field carries without window scaling (RFC 7323).
+/// The largest value of the 16-bit window field.
 const MAX_WINDOW: usize = 65_535;
+/// The largest window scale shift (RFC 7323 §2.3).
+const MAX_WSCALE: u8 = 14;
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header and the 4-byte MSS option.
-const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 4;
+/// Header room for a SYN: the header, MSS, NOP and window scale options.
+const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 8;
 
 /// Settings of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +36,11 @@ pub struct TcpConfig {
     pub mss: u16,
     /// Bytes the application may queue for sending, unacknowledged ones included.
     pub send_buffer: usize,
-    /// Receive buffer and so the largest window offered; at most 65535 bytes, since
-    /// without window scaling the window field has 16 bits.
+    /// Receive buffer and so the largest window offered: at most 65535 bytes
+    /// unless both ends scale windows, and at most 65535 × 2^14 bytes.
     pub recv_buffer: usize,
+    /// Offer window scaling (RFC 7323 §2) in our SYN, or accept a peer's offer.
+    pub window_scaling: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
     /// Lower bound of the RTO (RFC 6298 §2.4: 1 s; lower on low-latency links and in
@@ -100,6 +104,7 @@ impl Default for TcpConfig {
             mss: 1460,
             send_buffer: 256 * 1024,
             recv_buffer: MAX_WINDOW,
+            window_scaling: true,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_secs(1),
             max_rto: Duration::from_secs(60),
@@ -225,6 +230,16 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
     })
 }
 
+/// The peer's window scale option, if its SYN carried a well-formed one.
+fn wscale_option(seg: &TcpRepr) -> Option<u8> {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .find_map(|o| match o {
+            TcpOption::WindowScale(s) => Some(s),
+            _ => None,
+        })
+}
+
 /// The peer's MSS option, if its SYN carried a well-formed one.
 fn mss_option(seg: &TcpRepr) -> Option<u16> {
     TcpOptionIter::new(seg.options)
@@ -269,6 +284,12 @@ pub struct Connection {
     fin_queued: bool,
     /// Data per segment: the peer's MSS clamped to ours (RFC 9293 §3.7.1).
     send_mss: usize,
+    /// Shift of the peer's window fields (RFC 7323 §2.3), once both SYNs agreed.
+    snd_wscale: u8,
+    /// Shift of ours; 0 until both SYNs agreed.
+    rcv_wscale: u8,
+    /// Both SYNs carry the window scale option.
+    wscale_agreed: bool,
 
     // Receive sequence variables.
     irs: SeqNum,
@@ -333,7 +354,7 @@ impl Connection {
         iss: SeqNum,
         state: TcpState,
     ) -> Self {
-        config.recv_buffer = config.recv_buffer.min(MAX_WINDOW);
+        config.recv_buffer = config.recv_buffer.min(MAX_WINDOW << MAX_WSCALE);
         Connection {
             local,
             remote,
@@ -352,6 +373,9 @@ impl Connection {
             send_base: iss + 1,
             fin_queued: false,
             send_mss: usize::from(DEFAULT_MSS.min(config.mss)),
+            snd_wscale: 0,
+            rcv_wscale: 0,
+            wscale_agreed: false,
             irs: SeqNum(0),
             rcv_nxt: SeqNum(0),
             rcv_adv: SeqNum(0),
@@ -426,9 +450,27 @@ impl Connection {
         self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = self.irs;
         self.snd_wl2 = SeqNum(syn.ack_number);
+        if let (Some(shift), true) = (wscale_option(syn), self.config.window_scaling) {
+            // RFC 7323 §2.3: a shift over 14 is taken as 14.
+            self.snd_wscale = shift.min(MAX_WSCALE);
+            self.rcv_wscale = self.our_wscale();
+            self.wscale_agreed = true;
+        }
         let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
         self.send_mss = usize::from(peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS)));
         self.cc = NewReno::new(self.send_mss as u32);
+    }
+
+    /// The shift that lets the window field cover the whole receive buffer.
+    fn our_wscale(&self) -> u8 {
+        (0..MAX_WSCALE)
+            .find(|&s| self.config.recv_buffer >> s <= MAX_WINDOW)
+            .unwrap_or(MAX_WSCALE)
+    }
+
+    /// A window field of the peer's, in bytes.
+    fn peer_window(&self, field: u16) -> u32 {
+        u32::from(field) << self.snd_wscale
     }
 
     /// The state.
@@ -818,7 +860,7 @@ impl Connection {
                 return;
             }
             self.state = TcpState::Established;
-            self.snd_wnd = u32::from(seg.window);
+            self.snd_wnd = self.peer_window(seg.window);
             self.snd_wl1 = seg.seq;
             self.snd_wl2 = seg.ack;
             self.after_handshake();
@@ -844,7 +886,7 @@ impl Connection {
                 self.snd_nxt = self.snd_una;
                 self.rtt_sample = None;
             }
-            self.snd_wnd = u32::from(seg.window);
+            self.snd_wnd = self.peer_window(seg.window);
             self.snd_wl1 = seg.seq;
             self.snd_wl2 = seg.ack;
             self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
@@ -913,7 +955,7 @@ impl Connection {
             && flight > 0
             && seg.payload.is_empty()
             && !seg.has(flags::SYN | flags::FIN)
-            && u32::from(seg.window) == self.snd_wnd;
+            && self.peer_window(seg.window) == self.snd_wnd;
         if !duplicate {
             return;
         }
@@ -1021,7 +1063,7 @@ impl Connection {
 
     /// The window to advertise, capped by the buffer's free space.
     fn free_window(&self) -> u32 {
-        self.recv.window().min(MAX_WINDOW) as u32
+        self.recv.window().min(MAX_WINDOW << self.rcv_wscale) as u32
     }
 
     /// RFC 9293 §3.8.6.2.2: the right edge moves only by at least min(buffer / 2,
@@ -1030,16 +1072,22 @@ impl Connection {
         (self.config.recv_buffer / 2).min(usize::from(self.config.mss)) as u32
     }
 
-    fn advertise_window(&mut self) -> u16 {
-        let free = self.free_window();
+    fn advertise_window(&mut self, syn: bool) -> u16 {
+        // RFC 7323 §2.2: the window of a SYN is never scaled.
+        let shift = if syn { 0 } else { self.rcv_wscale };
+        let free = self.recv.window().min(MAX_WINDOW << shift) as u32;
         let left = self.rcv_adv.distance_from(self.rcv_nxt);
         let wnd = if free >= left + self.sws_threshold() {
             free
         } else {
             left
         };
-        self.rcv_adv = self.rcv_nxt + wnd;
-        wnd as u16
+        // The field drops the low bits, which may pull the edge back by less than
+        // 2^shift (RFC 7323 §2.4 allows it); the edge remembered stays the
+        // furthest offered, so data up to it is still taken.
+        let field = (wnd >> shift).min(MAX_WINDOW as u32);
+        self.rcv_adv = self.rcv_adv.max(self.rcv_nxt + (field << shift));
+        field as u16
     }
 
     /// Writes the next segment to send into `buf` and returns its length (the TCP
@@ -1061,9 +1109,21 @@ impl Connection {
                 } else {
                     flags::SYN | flags::ACK
                 };
-                let mut opts = [0; 4];
-                let n = write_options(&[TcpOption::Mss(self.config.mss)], &mut opts)
-                    .expect("an MSS option fits");
+                // The window scale option goes in our SYN if we offer scaling, and in a
+                // SYN-ACK only if the peer's SYN offered it (RFC 7323 §2.2).
+                let offer = if self.state == TcpState::SynSent {
+                    self.config.window_scaling
+                } else {
+                    self.wscale_agreed
+                };
+                let options = [
+                    TcpOption::Mss(self.config.mss),
+                    TcpOption::NoOp,
+                    TcpOption::WindowScale(self.our_wscale()),
+                ];
+                let count = if offer { 3 } else { 1 };
+                let mut opts = [0; 8];
+                let n = write_options(&options[..count], &mut opts).expect("the options fit");
                 let len = self.emit(buf, self.iss, f, &opts[..n], 0..0);
                 self.sent(now, 1);
                 Some(len)
@@ -1238,7 +1298,7 @@ impl Connection {
     ) -> usize {
         let ack = f & flags::ACK != 0;
         let window = if ack {
-            self.advertise_window()
+            self.advertise_window(f & flags::SYN != 0)
         } else {
             self.free_window() as u16
         };

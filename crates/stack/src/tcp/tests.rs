@@ -466,10 +466,11 @@ proptest! {
         nagle: bool,
         delayed_ack: bool,
         mss in 100u16..1460,
-        recv_buffer in 200usize..20_000,
+        recv_buffer in 200usize..300_000,
         read_chunk in 0usize..3000,
         iss: u32,
         spacing_us in 0u64..50,
+        window_scaling: bool,
     ) {
         let spacing = Duration::from_micros(spacing_us);
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
@@ -478,6 +479,7 @@ proptest! {
             mss,
             recv_buffer,
             delayed_ack: delayed_ack.then_some(ms(40)),
+            window_scaling,
             ..fast_config()
         };
         let mut n = Net::client_server(seed, faults, cfg.clone(), cfg);
@@ -1225,4 +1227,84 @@ fn newreno_repairs_several_losses_in_one_window() {
     // 10 and 13 in one window (a partial ACK), 17 just after recovery with a window
     // too small for three duplicate ACKs but for Limited Transmit.
     recover_without_timeout(&[10, 13, 17]);
+}
+
+/// Most data bytes end 0 sent within any `span`.
+fn max_sent_within(n: &Net, span: Duration) -> usize {
+    let data = data_from_a(n);
+    (0..data.len())
+        .map(|i| {
+            data[i..]
+                .iter()
+                .take_while(|d| d.0.saturating_duration_since(data[i].0) < span)
+                .map(|d| d.2)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn window_scaling_opens_windows_past_64k() {
+    let big = TcpConfig {
+        recv_buffer: 1 << 20,
+        ..TcpConfig::default()
+    };
+    let rtt = ms(100);
+    let faults = Faults {
+        delay: rtt / 2,
+        spacing: Duration::from_micros(10),
+        ..Faults::default()
+    };
+    for scaling in [true, false] {
+        let b = TcpConfig {
+            window_scaling: scaling,
+            ..big.clone()
+        };
+        let n = transfer(12, faults, [2_000_000, 0], big.clone(), b);
+        let fields: Vec<u16> = n
+            .log
+            .iter()
+            .filter(|s| s.from == 1)
+            .map(|s| s.window)
+            .collect();
+        let most = max_sent_within(&n, rtt);
+        if scaling {
+            // 1 MiB needs a shift of 5: fields are 32 KiB at most, meaning 1 MiB.
+            assert!(fields[1..].iter().all(|&w| w <= 32768));
+            assert!(most > 200_000, "{most}");
+        } else {
+            assert!(fields.contains(&65535));
+            assert!(most <= 65535, "{most}");
+        }
+    }
+}
+
+#[test]
+fn window_scale_option_negotiation() {
+    let cfg = TcpConfig {
+        recv_buffer: 1 << 20,
+        ..fast_config()
+    };
+    let synack_of = |syn: &TcpRepr| {
+        let mut c = Connection::accept(cfg.clone(), ADDR[1], ADDR[0], SeqNum(9), syn).unwrap();
+        let mut buf = [0; 100];
+        let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+        let p = TcpPacket::new_checked(buf[..len].to_vec()).unwrap();
+        let ws = p.options_iter().find_map(|o| match o {
+            Ok(exonet_wire::TcpOption::WindowScale(s)) => Some(s),
+            _ => None,
+        });
+        (ws, p.window())
+    };
+    // Offered (a shift of 20 is taken as 14): answered with ours, 5 for 1 MiB, and
+    // the SYN-ACK's own window unscaled.
+    let opts = [3, 3, 20, 0];
+    let syn = TcpRepr {
+        options: &opts,
+        ..forged(0, 1, 0, flags::SYN, &[])
+    };
+    assert_eq!(synack_of(&syn), (Some(5), 65535));
+    // Not offered: not answered.
+    assert_eq!(synack_of(&forged(0, 1, 0, flags::SYN, &[])), (None, 65535));
 }
