@@ -7,12 +7,11 @@
 //! simultaneous open and close, half-close, RST and SYN handling hardened per
 //! RFC 5961 §3–§5 with the ACK limit of §7, ISNs per RFC 6528
 //! ([`initial_sequence_number`]), the MSS option, window scaling (RFC 7323 §2),
-//! retransmission with the RFC 6298
-//! timer, zero-window probing, keep-alive, delayed ACKs and Nagle's algorithm (all
-//! switchable), and congestion control: RFC 5681 slow start and congestion
-//! avoidance, fast retransmit with NewReno recovery (RFC 6582) and Limited Transmit
-//! (RFC 3042). Not yet: timestamps (RFC 7323 §3–§5), SACK (RFC 2018), CUBIC, and
-//! the sockets over the multiplexer.
+//! retransmission with the RFC 6298 timer, zero-window probing, keep-alive, delayed
+//! ACKs and Nagle's algorithm (all switchable), and congestion control: RFC 5681
+//! slow start and congestion avoidance, fast retransmit with NewReno recovery
+//! (RFC 6582) and Limited Transmit (RFC 3042). Not yet: timestamps (RFC 7323
+//! §3–§5), SACK (RFC 2018), CUBIC, and the sockets over the multiplexer.
 
 mod cc;
 mod connection;
