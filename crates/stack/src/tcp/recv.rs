@@ -19,7 +19,8 @@ pub(crate) struct RecvBuffer {
 impl RecvBuffer {
     pub(crate) fn new(capacity: usize) -> Self {
         RecvBuffer {
-            ready: VecDeque::with_capacity(capacity),
+            // Grown on demand: a large window need not cost its memory while idle.
+            ready: VecDeque::new(),
             ahead: BTreeMap::new(),
             next: 0,
             capacity,
