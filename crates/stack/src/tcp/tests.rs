@@ -1308,3 +1308,60 @@ fn window_scale_option_negotiation() {
     // Not offered: not answered.
     assert_eq!(synack_of(&forged(0, 1, 0, flags::SYN, &[])), (None, 65535));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Blind injection (RFC 5961): forged segments with guessed sequence numbers,
+    /// any control bits and ACK numbers from outside the acceptable range, sprayed
+    /// at both ends during a transfer, damage nothing and stop nothing.
+    #[test]
+    fn blind_injection_changes_nothing(seed: u64, forgeries in 50usize..400) {
+        let mut n = Net::client_server(seed, quiet(), fast_config(), fast_config());
+        for (i, app) in n.apps.iter_mut().enumerate() {
+            app.out = pattern(100_000, i as u8);
+            app.close_when_written = true;
+            app.read = true;
+        }
+        assert!(n.run_until(at(secs(1)), |n| n.ends[1].is_some()
+            && n.state(0) != TcpState::SynSent
+            && n.state(1) != TcpState::SynReceived));
+        let mut rng = SplitMix64::new(seed ^ 0xdead);
+        for _ in 0..forgeries {
+            n.step();
+            let to = rng.below(2) as usize;
+            let Some(c) = n.ends[to].as_ref() else { continue };
+            if c.state() == TcpState::Closed {
+                continue;
+            }
+            // The victim's SND.NXT as its peer last heard it: a forged ACK half the
+            // sequence space away is never acceptable.
+            let snd = last_from(&n, to).seq;
+            let ack = snd.wrapping_add(0x8000_0000);
+            let f = rng.pick(&[
+                flags::RST,
+                flags::RST | flags::ACK,
+                flags::SYN,
+                flags::SYN | flags::ACK,
+                flags::ACK,
+                flags::ACK | flags::PSH,
+                flags::FIN | flags::ACK,
+                flags::FIN,
+                0,
+            ]);
+            let payload = if rng.chance(0.5) { &b"forged data"[..] } else { &[][..] };
+            let seq = rng.next_u64() as u32;
+            let r = forged(1 - to, seq, ack, f, payload);
+            n.inject(to, &r);
+        }
+        let limit = n.now + secs(600);
+        assert!(n.run_until(limit, Net::both_closed));
+        for i in 0..2 {
+            prop_assert_eq!(n.conn(i).error(), None);
+            prop_assert!(n.apps[1 - i].got == n.apps[i].out);
+        }
+        // The forgeries were seen, and answered within the limit.
+        let challenged: u64 = (0..2).map(|i| n.conn(i).stats().challenge_acks).sum();
+        prop_assert!(challenged > 0);
+    }
+}
