@@ -23,6 +23,8 @@ const MIN_MSS: u16 = 48;
 const MAX_WINDOW: usize = 65_535;
 /// The largest window scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
+/// The longest delay of an ACK, just under RFC 9293 §3.8.6.3's 0.5 s.
+const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
 /// Header room for a SYN: the header, MSS, NOP and window scale options.
@@ -355,6 +357,8 @@ impl Connection {
         state: TcpState,
     ) -> Self {
         config.recv_buffer = config.recv_buffer.min(MAX_WINDOW << MAX_WSCALE);
+        // RFC 9293 §3.8.6.3: the delay MUST be less than 0.5 s.
+        config.delayed_ack = config.delayed_ack.map(|d| d.min(MAX_ACK_DELAY));
         Connection {
             local,
             remote,

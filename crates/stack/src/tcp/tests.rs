@@ -895,6 +895,19 @@ fn delayed_ack() {
     let acks: Vec<_> = sent.iter().filter(|s| s.from == 1).collect();
     assert_eq!(acks.len(), 1);
     assert_eq!(acks[0].at, sent[0].at + ms(5));
+    // A delay of a second is cut to under half a second.
+    let slow = TcpConfig {
+        delayed_ack: Some(secs(1)),
+        ..fast_config()
+    };
+    // (The sender's RTO of 1 s outlasts the delay.)
+    let mut n = established_pair(TcpConfig::default(), slow);
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    n.run_until(n.now + secs(2), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    assert_eq!(last_from(&n, 1).at, last_from(&n, 0).at + ms(5) + ms(499));
 }
 
 #[test]
