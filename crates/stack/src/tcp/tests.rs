@@ -1378,3 +1378,27 @@ proptest! {
         prop_assert!(challenged > 0);
     }
 }
+
+#[test]
+fn urgent_data_is_delivered_inline() {
+    // RFC 9293 §3.8.5 (and RFC 6093): urgent data is tolerated and, as with
+    // SO_OOBINLINE, read in sequence with the rest.
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    let r = TcpRepr {
+        urgent_ptr: 3,
+        ..forged(
+            0,
+            rcv_nxt,
+            snd_nxt,
+            flags::ACK | flags::URG | flags::PSH,
+            b"urgent!",
+        )
+    };
+    let reply = answer(&mut n, 1, &r);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].ack, rcv_nxt.wrapping_add(7));
+    let mut buf = [0; 16];
+    assert_eq!(n.conn_mut(1).recv(&mut buf), 7);
+    assert_eq!(&buf[..7], b"urgent!");
+}
