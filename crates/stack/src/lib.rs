@@ -5,8 +5,9 @@
 //! them with simulated time.
 //!
 //! The cores: IPv4 input checks ([`ipv4_rx`]), fragmentation ([`frag`]) and
-//! reassembly ([`reasm`]), ICMP ([`icmp`]), UDP ([`udp`]), the neighbour cache
-//! ([`arp`]) and a hierarchical timing wheel ([`timer`]). The [`socket`] module runs
+//! reassembly ([`reasm`]), ICMP ([`icmp`]), UDP ([`udp`]), TCP connections
+//! ([`tcp`]), the neighbour cache ([`arp`]) and a hierarchical timing wheel
+//! ([`timer`]). The [`socket`] module runs
 //! them over an endpoint of the multiplexer: [`Stack`], [`UdpSocket`],
 //! [`IcmpSocket`] and [`Poll`].
 // Only the socket layer touches shared memory, each block with its reason.
@@ -18,6 +19,7 @@ pub mod icmp;
 pub mod ipv4_rx;
 pub mod reasm;
 pub mod socket;
+pub mod tcp;
 pub mod time;
 pub mod timer;
 pub mod udp;

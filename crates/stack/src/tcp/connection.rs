@@ -1,0 +1,1335 @@
+//! One connection (RFC 9293 §3.3.1, the TCB) and its state machine (§3.3.2, event
+//! processing §3.10).
+
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter, MIN_HEADER_LEN};
+use exonet_wire::TcpRepr;
+
+use super::cc::NewReno;
+use super::recv::RecvBuffer;
+use super::rtt::RttEstimator;
+use super::seq::SeqNum;
+use crate::Time;
+
+/// RFC 9293 §3.7.1: without an MSS option, the peer accepts 536 bytes of data.
+const DEFAULT_MSS: u16 = 536;
+/// A floor under the peer's MSS, as Linux's `tcp_min_snd_mss`: a tiny advertised MSS
+/// would make every byte cost a segment.
+const MIN_MSS: u16 = 48;
+/// The largest value of the 16-bit window field.
+const MAX_WINDOW: usize = 65_535;
+/// The largest window scale shift (RFC 7323 §2.3).
+const MAX_WSCALE: u8 = 14;
+/// The longest delay of an ACK, just under RFC 9293 §3.8.6.3's 0.5 s.
+const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
+/// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
+const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
+/// Header room for a SYN: the header, MSS, NOP and window scale options.
+const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 8;
+
+/// Settings of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// The most data one segment carries on our link (MTU − 40 for IPv4): advertised
+    /// in the MSS option of our SYN and the upper bound on what we send.
+    pub mss: u16,
+    /// Bytes the application may queue for sending, unacknowledged ones included.
+    pub send_buffer: usize,
+    /// Receive buffer and so the largest window offered: at most 65535 bytes
+    /// unless both ends scale windows, and at most 65535 × 2^14 bytes.
+    pub recv_buffer: usize,
+    /// Offer window scaling (RFC 7323 §2) in our SYN, or accept a peer's offer.
+    pub window_scaling: bool,
+    /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
+    pub initial_rto: Duration,
+    /// Lower bound of the RTO (RFC 6298 §2.4: 1 s; lower on low-latency links and in
+    /// tests).
+    pub min_rto: Duration,
+    /// Upper bound of the RTO (RFC 6298 §2.5: at least 60 s).
+    pub max_rto: Duration,
+    /// Retransmissions of one segment (or zero-window probes without answer) before
+    /// the connection fails with [`TcpError::TimedOut`] (RFC 9293 §3.8.3's R2; 15 as
+    /// Linux's `tcp_retries2`).
+    pub max_retransmissions: u32,
+    /// The same limit for the SYN or SYN-ACK (6 as Linux's `tcp_syn_retries`).
+    pub max_syn_retransmissions: u32,
+    /// Maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 §3.6.1). 30 s
+    /// as Linux's 60 s TIME-WAIT; RFC 9293 §3.4.2 takes 2 minutes.
+    pub msl: Duration,
+    /// Delay of acknowledgments for in-order data (RFC 9293 §3.8.6.3: under 0.5 s, an
+    /// ACK at least for every second segment); `None` acknowledges every segment at
+    /// once, which suits low-latency links (U-Net §7.8).
+    pub delayed_ack: Option<Duration>,
+    /// Nagle's algorithm (RFC 9293 §3.7.4): hold back small segments while data is
+    /// unacknowledged. Off is TCP_NODELAY.
+    pub nagle: bool,
+    /// Keep-alive probing of an idle connection (RFC 9293 §3.8.4); off by default,
+    /// as RFC 1122 §4.2.3.6 requires.
+    pub keepalive: Option<Keepalive>,
+    /// Challenge ACKs (RFC 5961 §3–§5) sent per second at most (RFC 5961 §7), so
+    /// that forged segments cannot turn the connection into an amplifier. Counted
+    /// per connection: a host-wide count leaks to an off-path attacker which
+    /// connections exist (CVE-2016-5696).
+    pub challenge_ack_limit: u32,
+}
+
+/// Keep-alive settings (RFC 1122 §4.2.3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Silence from the peer before the first probe (RFC 1122: at least 2 hours by
+    /// default).
+    pub idle: Duration,
+    /// Time between unanswered probes.
+    pub interval: Duration,
+    /// Unanswered probes after which the connection fails with
+    /// [`TcpError::TimedOut`].
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    /// Linux's defaults: 2 hours, then 9 probes 75 s apart.
+    fn default() -> Self {
+        Keepalive {
+            idle: Duration::from_secs(2 * 3600),
+            interval: Duration::from_secs(75),
+            probes: 9,
+        }
+    }
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            mss: 1460,
+            send_buffer: 256 * 1024,
+            recv_buffer: MAX_WINDOW,
+            window_scaling: true,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_secs(1),
+            max_rto: Duration::from_secs(60),
+            max_retransmissions: 15,
+            max_syn_retransmissions: 6,
+            msl: Duration::from_secs(30),
+            delayed_ack: None,
+            nagle: true,
+            keepalive: None,
+            challenge_ack_limit: 100,
+        }
+    }
+}
+
+/// Connection states (RFC 9293 §3.3.2). LISTEN belongs to the listener, which makes a
+/// connection per SYN ([`Connection::accept`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TcpState {
+    /// Our SYN sent, waiting for the peer's.
+    SynSent,
+    /// Both SYNs seen, ours not yet acknowledged.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// We closed; our FIN is queued or sent, not acknowledged.
+    FinWait1,
+    /// Our FIN acknowledged; the peer may still send.
+    FinWait2,
+    /// Both closed at once; waiting for the ACK of our FIN.
+    Closing,
+    /// Both closed; waiting 2 × MSL for old segments to die out.
+    TimeWait,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// The peer closed, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// No connection (any more).
+    Closed,
+}
+
+/// Why a connection ended abnormally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TcpError {
+    /// A RST answered our SYN (RFC 9293 §3.10.7.3: "connection refused").
+    Refused,
+    /// A valid RST arrived on a synchronized connection ("connection reset").
+    Reset,
+    /// Retransmissions ran out ([`TcpConfig::max_retransmissions`]).
+    TimedOut,
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpStats {
+    /// Segments given to [`Connection::handle_segment`].
+    pub segments_received: u64,
+    /// Segments written by [`Connection::poll_transmit`].
+    pub segments_sent: u64,
+    /// Of those, SYNs, data or FINs sent again.
+    pub retransmitted: u64,
+    /// Retransmission (or persist) timeouts.
+    pub timeouts: u64,
+    /// Fast retransmits, each entering recovery or answering a partial ACK.
+    pub fast_retransmits: u64,
+    /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
+    pub challenge_acks: u64,
+    /// See `challenge_acks`.
+    pub challenge_acks_suppressed: u64,
+}
+
+/// The fields of a received segment the state machine reads.
+#[derive(Debug, Clone, Copy)]
+struct Segment<'a> {
+    seq: SeqNum,
+    ack: SeqNum,
+    flags: u8,
+    window: u16,
+    payload: &'a [u8],
+}
+
+impl Segment<'_> {
+    fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    /// SEG.LEN: data plus one for each of SYN and FIN (RFC 9293 §3.4).
+    fn len(&self) -> u32 {
+        self.payload.len() as u32
+            + u32::from(self.has(flags::SYN))
+            + u32::from(self.has(flags::FIN))
+    }
+}
+
+/// The reply to a segment for a connection that does not exist (RFC 9293 §3.10.7.1,
+/// also LISTEN's answer to an ACK, §3.10.7.2): a RST that the sender will take as
+/// acceptable, or nothing for a RST. Emit it with the addresses swapped.
+pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
+    if seg.flags & flags::RST != 0 {
+        return None;
+    }
+    let (seq_number, ack_number, f) = if seg.flags & flags::ACK != 0 {
+        (seg.ack_number, 0, flags::RST)
+    } else {
+        let s = Segment {
+            seq: SeqNum(seg.seq_number),
+            ack: SeqNum(0),
+            flags: seg.flags,
+            window: 0,
+            payload: seg.payload,
+        };
+        (0, (s.seq + s.len()).0, flags::RST | flags::ACK)
+    };
+    Some(TcpRepr {
+        src_port: seg.dst_port,
+        dst_port: seg.src_port,
+        seq_number,
+        ack_number,
+        flags: f,
+        window: 0,
+        urgent_ptr: 0,
+        options: &[],
+        payload: &[],
+    })
+}
+
+/// The peer's window scale option, if its SYN carried a well-formed one.
+fn wscale_option(seg: &TcpRepr) -> Option<u8> {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .find_map(|o| match o {
+            TcpOption::WindowScale(s) => Some(s),
+            _ => None,
+        })
+}
+
+/// The peer's MSS option, if its SYN carried a well-formed one.
+fn mss_option(seg: &TcpRepr) -> Option<u16> {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .find_map(|o| match o {
+            TcpOption::Mss(m) => Some(m),
+            _ => None,
+        })
+}
+
+/// One TCP connection. Feed it segments addressed to it ([`Connection::handle_segment`],
+/// checksum already verified) and expired deadlines ([`Connection::handle_timeout`]);
+/// drain [`Connection::poll_transmit`] after every input and application call, and
+/// call again at [`Connection::poll_timeout`].
+#[derive(Debug, Clone)]
+pub struct Connection {
+    config: TcpConfig,
+    local: SocketAddrV4,
+    remote: SocketAddrV4,
+    state: TcpState,
+    error: Option<TcpError>,
+    /// Opened by a listener: a RST in SYN-RECEIVED is a reset, not a refusal.
+    passive: bool,
+
+    // Send sequence variables (RFC 9293 §3.3.1).
+    iss: SeqNum,
+    snd_una: SeqNum,
+    snd_nxt: SeqNum,
+    /// The highest SND.NXT so far: after a timeout SND.NXT goes back to SND.UNA to
+    /// resend, while ACKs up to here stay acceptable.
+    snd_max: SeqNum,
+    snd_wnd: u32,
+    /// The largest window the peer offered (RFC 5961 §5's MAX.SND.WND; RFC 9293
+    /// §3.8.6.2.1's Max(SND.WND)).
+    max_snd_wnd: u32,
+    snd_wl1: SeqNum,
+    snd_wl2: SeqNum,
+    /// The application's bytes not yet acknowledged, starting at `send_base`.
+    send_buf: VecDeque<u8>,
+    send_base: SeqNum,
+    /// The application closed: a FIN follows the send buffer.
+    fin_queued: bool,
+    /// Data per segment: the peer's MSS clamped to ours (RFC 9293 §3.7.1).
+    send_mss: usize,
+    /// Shift of the peer's window fields (RFC 7323 §2.3), once both SYNs agreed.
+    snd_wscale: u8,
+    /// Shift of ours; 0 until both SYNs agreed.
+    rcv_wscale: u8,
+    /// Both SYNs carry the window scale option.
+    wscale_agreed: bool,
+
+    // Receive sequence variables.
+    irs: SeqNum,
+    rcv_nxt: SeqNum,
+    /// The right edge of the window last advertised, which never moves left (RFC
+    /// 9293 §3.8.6.2.2 discourages shrinking).
+    rcv_adv: SeqNum,
+    recv: RecvBuffer,
+    /// Where the peer's FIN lies, once seen, possibly ahead of a hole.
+    rx_fin: Option<SeqNum>,
+    fin_received: bool,
+
+    // Timers and acknowledgment state.
+    rtt: RttEstimator,
+    /// The retransmission timer, which is also the persist timer while the peer's
+    /// window is zero (RFC 9293 §3.8.6.1).
+    rtx_deadline: Option<Time>,
+    retries: u32,
+    /// The next segment may carry one byte beyond a zero window (a window probe).
+    probe: bool,
+    /// The end of the segment being timed and when it was sent (one sample per RTT,
+    /// RFC 6298 §3).
+    rtt_sample: Option<(SeqNum, Time)>,
+    syn_retransmitted: bool,
+    ack_now: bool,
+    /// Out-of-order segments not yet answered each with its own duplicate ACK (RFC
+    /// 5681 §4.2), which the sender's fast retransmit counts; several may arrive
+    /// before the caller polls.
+    dup_acks_owed: u32,
+    ack_deadline: Option<Time>,
+    /// Segments received since our last ACK, for the every-second-segment rule.
+    unacked_segments: u32,
+    time_wait_deadline: Option<Time>,
+    /// A RST to send with this sequence number.
+    rst_pending: Option<SeqNum>,
+    stats: TcpStats,
+
+    // Congestion control and loss recovery (RFC 5681, RFC 6582).
+    cc: NewReno,
+    /// Duplicate ACKs in a row (RFC 5681 §2's definition).
+    dup_acks: u32,
+    /// In fast recovery until SND.UNA passes `recover`.
+    in_recovery: bool,
+    /// RFC 6582's "recover": SND.MAX when recovery began or a timeout struck.
+    recover: SeqNum,
+    /// Resend the segment at SND.UNA once, without going back (fast retransmit).
+    rexmit_pending: bool,
+    /// Start of the current one-second window of challenge ACKs, and how many went.
+    challenge_window: (Time, u32),
+    /// When the peer was last heard from, for keep-alive.
+    last_heard: Time,
+    /// Keep-alive probes sent since then.
+    keepalive_probes: u32,
+    keepalive_pending: bool,
+}
+
+impl Connection {
+    fn new(
+        mut config: TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        state: TcpState,
+    ) -> Self {
+        config.recv_buffer = config.recv_buffer.min(MAX_WINDOW << MAX_WSCALE);
+        // RFC 9293 §3.8.6.3: the delay MUST be less than 0.5 s.
+        config.delayed_ack = config.delayed_ack.map(|d| d.min(MAX_ACK_DELAY));
+        Connection {
+            local,
+            remote,
+            state,
+            error: None,
+            passive: false,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: SeqNum(0),
+            snd_wl2: iss,
+            send_buf: VecDeque::new(),
+            send_base: iss + 1,
+            fin_queued: false,
+            send_mss: usize::from(DEFAULT_MSS.min(config.mss)),
+            snd_wscale: 0,
+            rcv_wscale: 0,
+            wscale_agreed: false,
+            irs: SeqNum(0),
+            rcv_nxt: SeqNum(0),
+            rcv_adv: SeqNum(0),
+            recv: RecvBuffer::new(config.recv_buffer),
+            rx_fin: None,
+            fin_received: false,
+            rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
+            rtx_deadline: None,
+            retries: 0,
+            probe: false,
+            rtt_sample: None,
+            syn_retransmitted: false,
+            ack_now: false,
+            dup_acks_owed: 0,
+            ack_deadline: None,
+            unacked_segments: 0,
+            time_wait_deadline: None,
+            rst_pending: None,
+            stats: TcpStats::default(),
+            cc: NewReno::new(u32::from(DEFAULT_MSS)),
+            dup_acks: 0,
+            in_recovery: false,
+            recover: iss,
+            rexmit_pending: false,
+            challenge_window: (Time::ZERO, 0),
+            last_heard: Time::ZERO,
+            keepalive_probes: 0,
+            keepalive_pending: false,
+            config,
+        }
+    }
+
+    /// Active OPEN (RFC 9293 §3.10.1): SYN-SENT, the SYN waiting in
+    /// [`Connection::poll_transmit`]. `iss` should come from
+    /// [`super::initial_sequence_number`].
+    pub fn connect(
+        config: TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+    ) -> Self {
+        Connection::new(config, local, remote, iss, TcpState::SynSent)
+    }
+
+    /// Passive open from a SYN that reached a listener (RFC 9293 §3.10.7.2):
+    /// SYN-RECEIVED, the SYN-ACK waiting in [`Connection::poll_transmit`]. `None`
+    /// unless `syn` has SYN set and neither ACK nor RST (those the listener answers
+    /// with [`reset_for_closed`] or ignores). Data on the SYN is not taken: it is not
+    /// acknowledged, so the peer sends it again.
+    pub fn accept(
+        config: TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        syn: &TcpRepr,
+    ) -> Option<Self> {
+        if syn.flags & (flags::SYN | flags::ACK | flags::RST) != flags::SYN {
+            return None;
+        }
+        let mut c = Connection::new(config, local, remote, iss, TcpState::SynReceived);
+        c.passive = true;
+        c.take_syn(syn);
+        Some(c)
+    }
+
+    /// Initializes the receive side and the peer's window and MSS from its SYN.
+    fn take_syn(&mut self, syn: &TcpRepr) {
+        self.irs = SeqNum(syn.seq_number);
+        self.rcv_nxt = self.irs + 1;
+        self.rcv_adv = self.rcv_nxt;
+        self.snd_wnd = u32::from(syn.window);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = self.irs;
+        self.snd_wl2 = SeqNum(syn.ack_number);
+        if let (Some(shift), true) = (wscale_option(syn), self.config.window_scaling) {
+            // RFC 7323 §2.3: a shift over 14 is taken as 14.
+            self.snd_wscale = shift.min(MAX_WSCALE);
+            self.rcv_wscale = self.our_wscale();
+            self.wscale_agreed = true;
+        }
+        let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
+        self.send_mss = usize::from(peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS)));
+        self.cc = NewReno::new(self.send_mss as u32);
+    }
+
+    /// The shift that lets the window field cover the whole receive buffer.
+    fn our_wscale(&self) -> u8 {
+        (0..MAX_WSCALE)
+            .find(|&s| self.config.recv_buffer >> s <= MAX_WINDOW)
+            .unwrap_or(MAX_WSCALE)
+    }
+
+    /// A window field of the peer's, in bytes.
+    fn peer_window(&self, field: u16) -> u32 {
+        u32::from(field) << self.snd_wscale
+    }
+
+    /// The state.
+    pub fn state(&self) -> TcpState {
+        self.state
+    }
+
+    /// Why the connection closed, if abnormally.
+    pub fn error(&self) -> Option<TcpError> {
+        self.error
+    }
+
+    /// Our address.
+    pub fn local(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    /// The peer's address.
+    pub fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+
+    /// Data bytes per segment we send.
+    pub fn send_mss(&self) -> usize {
+        self.send_mss
+    }
+
+    /// The current retransmission timeout, backoff included.
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+
+    /// The smoothed RTT, once measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
+
+    /// Queues data to send; returns how much fit in the send buffer. Takes nothing
+    /// once the application closed or in states where we may no longer send.
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        let open = matches!(
+            self.state,
+            TcpState::SynSent | TcpState::SynReceived | TcpState::Established | TcpState::CloseWait
+        );
+        if !open || self.fin_queued {
+            return 0;
+        }
+        let n = data
+            .len()
+            .min(self.config.send_buffer - self.send_buf.len());
+        self.send_buf.extend(&data[..n]);
+        n
+    }
+
+    /// Bytes queued and not yet acknowledged by the peer.
+    pub fn send_queue_len(&self) -> usize {
+        self.send_buf.len()
+    }
+
+    /// Reads received data in order; returns how many bytes were copied.
+    pub fn recv(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.recv.read(buf);
+        if n > 0 && !self.fin_received {
+            // Tell the peer when reading opened the window enough to matter: by the
+            // SWS threshold and at least doubling what it may send (as Linux does).
+            let free = self.free_window();
+            let left = self.rcv_adv.distance_from(self.rcv_nxt);
+            if free >= left + self.sws_threshold() && free >= 2 * left {
+                self.ack_now = true;
+            }
+        }
+        n
+    }
+
+    /// Bytes ready for [`Connection::recv`].
+    pub fn recv_queue_len(&self) -> usize {
+        self.recv.len()
+    }
+
+    /// The peer closed its direction and all its data has been read.
+    pub fn recv_finished(&self) -> bool {
+        self.fin_received && self.recv.len() == 0
+    }
+
+    /// CLOSE (RFC 9293 §3.10.4): no more data from us; a FIN follows what is queued.
+    /// The peer may go on sending (half-close).
+    pub fn close(&mut self) {
+        match self.state {
+            TcpState::SynSent => self.enter_closed(None),
+            // The FIN waits until the handshake completes.
+            TcpState::SynReceived => self.fin_queued = true,
+            TcpState::Established => {
+                self.fin_queued = true;
+                self.state = TcpState::FinWait1;
+            }
+            TcpState::CloseWait => {
+                self.fin_queued = true;
+                self.state = TcpState::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// ABORT (RFC 9293 §3.10.5): a RST to the peer where it has a connection, and
+    /// CLOSED at once; queued data is dropped.
+    pub fn abort(&mut self) {
+        if matches!(
+            self.state,
+            TcpState::SynReceived
+                | TcpState::Established
+                | TcpState::FinWait1
+                | TcpState::FinWait2
+                | TcpState::CloseWait
+        ) {
+            // SND.MAX: the peer's RCV.NXT if it has everything, which RFC 5961 §3.2
+            // asks of a RST (SND.NXT may have gone back for a retransmission).
+            self.rst_pending = Some(self.snd_max);
+        }
+        self.enter_closed(None);
+    }
+
+    fn enter_closed(&mut self, error: Option<TcpError>) {
+        self.state = TcpState::Closed;
+        self.error = error;
+        self.rtx_deadline = None;
+        self.ack_deadline = None;
+        self.time_wait_deadline = None;
+        self.ack_now = false;
+    }
+
+    fn enter_time_wait(&mut self, now: Time) {
+        self.state = TcpState::TimeWait;
+        self.rtx_deadline = None;
+        self.time_wait_deadline = Some(now + 2 * self.config.msl);
+    }
+
+    /// The earliest deadline at which [`Connection::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        [
+            self.rtx_deadline,
+            self.ack_deadline,
+            self.time_wait_deadline,
+            self.keepalive_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if self.time_wait_deadline.is_some_and(|t| t <= now) {
+            self.enter_closed(None);
+            return;
+        }
+        if self.ack_deadline.is_some_and(|t| t <= now) {
+            self.ack_deadline = None;
+            self.ack_now = true;
+        }
+        if self.rtx_deadline.is_some_and(|t| t <= now) {
+            self.rtx_deadline = None;
+            self.on_rto(now);
+        }
+        if let (Some(t), Some(ka)) = (self.keepalive_deadline(), self.config.keepalive) {
+            if t <= now {
+                if self.keepalive_probes >= ka.probes {
+                    self.enter_closed(Some(TcpError::TimedOut));
+                } else {
+                    self.keepalive_probes += 1;
+                    self.keepalive_pending = true;
+                }
+            }
+        }
+    }
+
+    /// When the next keep-alive probe is due: only on an open connection with
+    /// nothing outstanding, since the retransmission and persist timers watch the
+    /// peer otherwise (RFC 1122 §4.2.3.6: probe only when no data or ACK arrived).
+    fn keepalive_deadline(&self) -> Option<Time> {
+        let ka = self.config.keepalive?;
+        let idle = matches!(self.state, TcpState::Established | TcpState::CloseWait)
+            && self.snd_una == self.snd_max
+            && self.rtx_deadline.is_none();
+        idle.then(|| self.last_heard + ka.idle + ka.interval * self.keepalive_probes)
+    }
+
+    /// Data or a FIN waits to go out.
+    fn has_unsent(&self) -> bool {
+        let offset = self.snd_nxt.diff(self.send_base).max(0) as usize;
+        offset < self.send_buf.len() || (self.fin_queued && offset == self.send_buf.len())
+    }
+
+    /// Retransmission timeout (RFC 6298 §5.4–§5.6) or persist timeout (RFC 9293
+    /// §3.8.6.1): go back to the oldest unacknowledged byte and send again.
+    fn on_rto(&mut self, now: Time) {
+        let persist = self.snd_wnd == 0 && self.has_unsent();
+        if self.snd_una == self.snd_max && !persist {
+            return;
+        }
+        self.retries += 1;
+        self.stats.timeouts += 1;
+        let handshake = matches!(self.state, TcpState::SynSent | TcpState::SynReceived);
+        let limit = if handshake {
+            self.config.max_syn_retransmissions
+        } else {
+            self.config.max_retransmissions
+        };
+        if self.retries > limit {
+            self.enter_closed(Some(TcpError::TimedOut));
+            return;
+        }
+        self.rtt.back_off();
+        // Karn: no sample from a segment that may have been sent twice.
+        self.rtt_sample = None;
+        if !persist {
+            // RFC 5681 §3.1: a timeout is congestion; RFC 6582 §3.2 step 1 (via
+            // `recover`): duplicate ACKs of what was in flight start no recovery.
+            self.cc.on_timeout(self.snd_max.distance_from(self.snd_una));
+            self.recover = self.snd_max;
+        }
+        self.in_recovery = false;
+        self.dup_acks = 0;
+        self.rexmit_pending = false;
+        self.snd_nxt = self.snd_una;
+        self.syn_retransmitted |= handshake;
+        self.probe = self.snd_wnd == 0;
+        self.rtx_deadline = Some(now + self.rtt.rto());
+    }
+
+    /// SEGMENT ARRIVES (RFC 9293 §3.10.7) for this connection's 4-tuple, checksum
+    /// verified.
+    pub fn handle_segment(&mut self, repr: &TcpRepr, now: Time) {
+        self.stats.segments_received += 1;
+        let seg = Segment {
+            seq: SeqNum(repr.seq_number),
+            ack: SeqNum(repr.ack_number),
+            flags: repr.flags,
+            window: repr.window,
+            payload: repr.payload,
+        };
+        match self.state {
+            TcpState::Closed => {}
+            TcpState::SynSent => self.on_syn_sent(&seg, repr, now),
+            _ => self.on_synchronized(seg, now),
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3.
+    fn on_syn_sent(&mut self, seg: &Segment, repr: &TcpRepr, now: Time) {
+        // First, the ACK: ISS < SEG.ACK =< SND.NXT.
+        let ack_ok = seg.has(flags::ACK) && seg.ack > self.iss && seg.ack <= self.snd_max;
+        if seg.has(flags::ACK) && !ack_ok {
+            if !seg.has(flags::RST) {
+                self.rst_pending = Some(seg.ack);
+            }
+            return;
+        }
+        // Second, RST: only with an acceptable ACK (RFC 5961 §3.2 leaves SYN-SENT so).
+        if seg.has(flags::RST) {
+            if ack_ok {
+                self.enter_closed(Some(TcpError::Refused));
+            }
+            return;
+        }
+        // Fourth, SYN. Data on it is left for the peer to resend, as in `accept`.
+        if !seg.has(flags::SYN) {
+            return;
+        }
+        self.take_syn(repr);
+        self.last_heard = now;
+        if ack_ok {
+            self.state = TcpState::Established;
+            self.ack_advance(seg.ack, now);
+            self.after_handshake();
+            self.ack_now = true;
+        } else {
+            // Simultaneous open: SYN-ACK with our ISS again, which makes the SYN's
+            // timing worthless (Karn).
+            self.state = TcpState::SynReceived;
+            self.snd_nxt = self.iss;
+            self.rtt_sample = None;
+        }
+    }
+
+    fn after_handshake(&mut self) {
+        if self.syn_retransmitted {
+            self.rtt.reinitialize(RTO_AFTER_SYN_LOSS);
+            self.cc.syn_lost();
+        }
+        if self.fin_queued {
+            self.state = TcpState::FinWait1;
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4, for SYN-RECEIVED and the synchronized states.
+    fn on_synchronized(&mut self, mut seg: Segment, now: Time) {
+        if self.state == TcpState::SynReceived && seg.has(flags::SYN) && seg.seq == self.irs {
+            if seg.has(flags::ACK) {
+                // Simultaneous open: the peer's SYN-ACK. Its SYN we know; its ACK
+                // completes our handshake. (RFC 9293's acceptability test would
+                // reject the SYN's sequence number, RFC 9293 errata aside.)
+                seg.seq = seg.seq + 1;
+                seg.flags &= !flags::SYN;
+            } else if !seg.has(flags::RST) {
+                // The peer's SYN again: our SYN-ACK was lost.
+                self.snd_nxt = self.iss;
+                return;
+            }
+        }
+
+        // First, the sequence number (§3.10.7.4 table).
+        let wnd = self.recv.window() as u32;
+        let len = seg.len();
+        let acceptable = match (len, wnd) {
+            (0, 0) => seg.seq == self.rcv_nxt,
+            (0, _) => seg.seq.in_range(self.rcv_nxt, wnd),
+            (_, 0) => false,
+            _ => {
+                seg.seq.in_range(self.rcv_nxt, wnd)
+                    || (seg.seq + (len - 1)).in_range(self.rcv_nxt, wnd)
+            }
+        };
+        // A zero window still takes valid ACKs and RSTs at RCV.NXT (RFC 9293
+        // §3.10.7.4: "special allowance"); their data is not taken.
+        let control_only = !acceptable && wnd == 0 && seg.seq == self.rcv_nxt;
+        if control_only && len > 0 {
+            // A window probe, answered with the (still zero) window.
+            self.ack_now = true;
+        }
+        if acceptable || control_only {
+            self.last_heard = now;
+            self.keepalive_probes = 0;
+        } else {
+            if !seg.has(flags::RST) {
+                if seg.len() == 0 || seg.has(flags::SYN) {
+                    // A bare ACK: answering each without limit lets two ends that
+                    // disagree ping-pong forever (Linux limits these too). A SYN
+                    // gets RFC 5961 §4's challenge ACK.
+                    self.challenge_ack(now);
+                } else {
+                    self.ack_now = true;
+                }
+                if self.state == TcpState::TimeWait && seg.has(flags::FIN) {
+                    // A retransmitted FIN: our ACK was lost; wait 2 MSL from now.
+                    self.enter_time_wait(now);
+                }
+            }
+            return;
+        }
+
+        // Second, RST (RFC 5961 §3.2): only an exact match resets; one elsewhere in
+        // the window gets a challenge ACK, which a real peer answers with an exact RST.
+        if seg.has(flags::RST) {
+            if seg.seq == self.rcv_nxt {
+                let error = match self.state {
+                    TcpState::SynReceived if !self.passive => Some(TcpError::Refused),
+                    TcpState::Closing | TcpState::LastAck | TcpState::TimeWait => None,
+                    _ => Some(TcpError::Reset),
+                };
+                self.enter_closed(error);
+            } else {
+                self.challenge_ack(now);
+            }
+            return;
+        }
+
+        // Fourth, SYN (RFC 5961 §4.2): in any synchronized state, in window or not,
+        // a challenge ACK; a peer that really restarted answers it with a RST.
+        if seg.has(flags::SYN) {
+            self.challenge_ack(now);
+            return;
+        }
+
+        // Fifth, the ACK.
+        if !seg.has(flags::ACK) {
+            return;
+        }
+        let handshake = self.state == TcpState::SynReceived;
+        if handshake {
+            if !(seg.ack > self.snd_una && seg.ack <= self.snd_max) {
+                self.rst_pending = Some(seg.ack);
+                return;
+            }
+            self.state = TcpState::Established;
+            self.snd_wnd = self.peer_window(seg.window);
+            self.snd_wl1 = seg.seq;
+            self.snd_wl2 = seg.ack;
+            self.after_handshake();
+        }
+        // RFC 5961 §5.2: an ACK of something never sent, or too old to be from this
+        // connection's recent past, is answered and the segment dropped.
+        if seg.ack > self.snd_max || seg.ack < self.snd_una - self.max_snd_wnd {
+            self.challenge_ack(now);
+            return;
+        }
+        if !handshake {
+            self.congestion_on_ack(&seg);
+        }
+        if seg.ack > self.snd_una {
+            self.ack_advance(seg.ack, now);
+        }
+        // SND.UNA =< SEG.ACK here; update the window from the newest segment only.
+        if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
+            if self.snd_wnd == 0 && seg.window > 0 && seg.ack == self.snd_una {
+                // The window opened without taking the probe byte: send it again
+                // now rather than after the (backed-off) timeout, and time nothing
+                // that was sent before (Karn).
+                self.snd_nxt = self.snd_una;
+                self.rtt_sample = None;
+            }
+            self.snd_wnd = self.peer_window(seg.window);
+            self.snd_wl1 = seg.seq;
+            self.snd_wl2 = seg.ack;
+            self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        }
+        if self.snd_wnd == 0 {
+            // An answer to a window probe: the peer is alive (RFC 9293 §3.8.6.1: keep
+            // probing as long as it answers).
+            self.retries = 0;
+        }
+        if self.fin_acked() {
+            match self.state {
+                TcpState::FinWait1 => self.state = TcpState::FinWait2,
+                TcpState::Closing => self.enter_time_wait(now),
+                TcpState::LastAck => {
+                    self.enter_closed(None);
+                    return;
+                }
+                _ => {}
+            }
+        }
+
+        // Sixth, URG: urgent data is delivered inline like any other.
+
+        // Seventh, the text.
+        if !control_only
+            && !seg.payload.is_empty()
+            && matches!(
+                self.state,
+                TcpState::Established | TcpState::FinWait1 | TcpState::FinWait2
+            )
+        {
+            self.take_text(&seg, now);
+        }
+
+        // Eighth, FIN: it takes effect once everything before it has arrived.
+        if !control_only && seg.has(flags::FIN) && !self.fin_received && self.rx_fin.is_none() {
+            self.rx_fin = Some(seg.seq + seg.payload.len() as u32);
+            self.ack_now = true;
+        }
+        self.check_fin(now);
+    }
+
+    /// Congestion window and recovery from an acceptable ACK, before SND.UNA and
+    /// SND.WND take it in.
+    fn congestion_on_ack(&mut self, seg: &Segment) {
+        let flight = self.snd_max.distance_from(self.snd_una);
+        if seg.ack > self.snd_una {
+            let acked = seg.ack.distance_from(self.snd_una);
+            self.dup_acks = 0;
+            if !self.in_recovery {
+                self.cc.on_ack(acked);
+            } else if seg.ack >= self.recover {
+                // RFC 6582 §3.2 step 3: a full ACK.
+                self.in_recovery = false;
+                self.cc.exit_recovery(flight - acked);
+            } else {
+                // Step 5: a partial ACK; the next hole is lost too.
+                self.cc.on_partial_ack(acked);
+                self.rexmit_pending = true;
+            }
+            return;
+        }
+        // RFC 5681 §2: a duplicate ACK acknowledges nothing new while data is
+        // outstanding, carries no data, SYN or FIN, and leaves the window alone.
+        let duplicate = seg.ack == self.snd_una
+            && flight > 0
+            && seg.payload.is_empty()
+            && !seg.has(flags::SYN | flags::FIN)
+            && self.peer_window(seg.window) == self.snd_wnd;
+        if !duplicate {
+            return;
+        }
+        self.dup_acks += 1;
+        if self.in_recovery {
+            self.cc.on_dup_ack();
+        } else if self.dup_acks == 3 && self.snd_una > self.recover {
+            // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
+            // `recover`, so one loss event is not taken for several).
+            self.in_recovery = true;
+            self.recover = self.snd_max;
+            self.cc.enter_recovery(flight);
+            self.rexmit_pending = true;
+        }
+    }
+
+    /// An ACK demanded by RFC 5961, or by a bare ACK outside the window, within the
+    /// per-second limit of RFC 5961 §7.
+    fn challenge_ack(&mut self, now: Time) {
+        let (start, sent) = &mut self.challenge_window;
+        if now >= *start + Duration::from_secs(1) {
+            (*start, *sent) = (now, 0);
+        }
+        if *sent < self.config.challenge_ack_limit {
+            *sent += 1;
+            self.ack_now = true;
+            self.stats.challenge_acks += 1;
+        } else {
+            self.stats.challenge_acks_suppressed += 1;
+        }
+    }
+
+    fn take_text(&mut self, seg: &Segment, now: Time) {
+        let off = seg.seq.diff(self.rcv_nxt);
+        let (off, data) = if off < 0 {
+            let skip = (off.unsigned_abs() as usize).min(seg.payload.len());
+            (0, &seg.payload[skip..])
+        } else {
+            (off as usize, seg.payload)
+        };
+        let gap_before = self.recv.has_gap();
+        let advanced = self.recv.write(off, data);
+        self.rcv_nxt = self.rcv_nxt + advanced as u32;
+        // RFC 5681 §4.2: out-of-order data, and data filling a hole, are acknowledged
+        // at once, so the sender learns of losses quickly.
+        if off > 0 {
+            self.dup_acks_owed += 1;
+        }
+        if off > 0 || advanced != data.len() || gap_before {
+            self.ack_now = true;
+            return;
+        }
+        match self.config.delayed_ack {
+            Some(delay) => {
+                self.unacked_segments += 1;
+                if self.unacked_segments >= 2 {
+                    self.ack_now = true;
+                } else if self.ack_deadline.is_none() {
+                    self.ack_deadline = Some(now + delay);
+                }
+            }
+            None => self.ack_now = true,
+        }
+    }
+
+    fn check_fin(&mut self, now: Time) {
+        if self.fin_received || self.rx_fin != Some(self.rcv_nxt) {
+            return;
+        }
+        self.fin_received = true;
+        self.rcv_nxt = self.rcv_nxt + 1;
+        self.ack_now = true;
+        match self.state {
+            TcpState::SynReceived | TcpState::Established => self.state = TcpState::CloseWait,
+            TcpState::FinWait1 if self.fin_acked() => self.enter_time_wait(now),
+            TcpState::FinWait1 => self.state = TcpState::Closing,
+            TcpState::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+
+    /// Our FIN was sent and acknowledged.
+    fn fin_acked(&self) -> bool {
+        self.fin_queued && self.snd_una == self.send_base + self.send_buf.len() as u32 + 1
+    }
+
+    /// New data acknowledged: SND.UNA < SEG.ACK =< SND.MAX.
+    fn ack_advance(&mut self, ack: SeqNum, now: Time) {
+        self.snd_una = ack;
+        let acked = (ack.distance_from(self.send_base) as usize).min(self.send_buf.len());
+        self.send_buf.drain(..acked);
+        self.send_base = self.send_base + acked as u32;
+        self.snd_nxt = self.snd_nxt.max(self.snd_una);
+        if let Some((end, sent)) = self.rtt_sample {
+            if ack >= end {
+                self.rtt.sample(now.saturating_duration_since(sent));
+                self.rtt_sample = None;
+            }
+        }
+        self.retries = 0;
+        self.probe = false;
+        // RFC 6298 §5.2, §5.3.
+        self.rtx_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
+    }
+
+    /// The window to advertise, capped by the buffer's free space.
+    fn free_window(&self) -> u32 {
+        self.recv.window().min(MAX_WINDOW << self.rcv_wscale) as u32
+    }
+
+    /// RFC 9293 §3.8.6.2.2: the right edge moves only by at least min(buffer / 2,
+    /// MSS), so the peer is not invited to send tiny segments.
+    fn sws_threshold(&self) -> u32 {
+        (self.config.recv_buffer / 2).min(usize::from(self.config.mss)) as u32
+    }
+
+    fn advertise_window(&mut self, syn: bool) -> u16 {
+        // RFC 7323 §2.2: the window of a SYN is never scaled.
+        let shift = if syn { 0 } else { self.rcv_wscale };
+        let free = self.recv.window().min(MAX_WINDOW << shift) as u32;
+        let left = self.rcv_adv.distance_from(self.rcv_nxt);
+        let wnd = if free >= left + self.sws_threshold() {
+            free
+        } else {
+            left
+        };
+        // The field drops the low bits, which may pull the edge back by less than
+        // 2^shift (RFC 7323 §2.4 allows it); the edge remembered stays the
+        // furthest offered, so data up to it is still taken.
+        let field = (wnd >> shift).min(MAX_WINDOW as u32);
+        self.rcv_adv = self.rcv_adv.max(self.rcv_nxt + (field << shift));
+        field as u16
+    }
+
+    /// Writes the next segment to send into `buf` and returns its length (the TCP
+    /// segment only: the caller adds the IPv4 header from [`Connection::local`] to
+    /// [`Connection::remote`]). `buf` should hold 24 + [`TcpConfig::mss`] bytes;
+    /// shorter buffers get shorter segments.
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
+        if buf.len() < SYN_HEADER_LEN {
+            return None;
+        }
+        if let Some(seq) = self.rst_pending.take() {
+            return Some(self.emit(buf, seq, flags::RST, &[], 0..0));
+        }
+        match self.state {
+            TcpState::Closed => None,
+            TcpState::SynSent | TcpState::SynReceived if self.snd_nxt == self.iss => {
+                let f = if self.state == TcpState::SynSent {
+                    flags::SYN
+                } else {
+                    flags::SYN | flags::ACK
+                };
+                // The window scale option goes in our SYN if we offer scaling, and in a
+                // SYN-ACK only if the peer's SYN offered it (RFC 7323 §2.2).
+                let offer = if self.state == TcpState::SynSent {
+                    self.config.window_scaling
+                } else {
+                    self.wscale_agreed
+                };
+                let options = [
+                    TcpOption::Mss(self.config.mss),
+                    TcpOption::NoOp,
+                    TcpOption::WindowScale(self.our_wscale()),
+                ];
+                let count = if offer { 3 } else { 1 };
+                let mut opts = [0; 8];
+                let n = write_options(&options[..count], &mut opts).expect("the options fit");
+                let len = self.emit(buf, self.iss, f, &opts[..n], 0..0);
+                self.sent(now, 1);
+                Some(len)
+            }
+            TcpState::SynSent => None,
+            _ => self.transmit_synchronized(now, buf),
+        }
+    }
+
+    fn transmit_synchronized(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
+        let room = buf.len() - MIN_HEADER_LEN;
+        if self.dup_acks_owed > 1 {
+            // All but the last; the last goes as the pending ACK below, or rides on
+            // data.
+            self.dup_acks_owed -= 1;
+            let n = self.emit(buf, self.snd_max, flags::ACK, &[], 0..0);
+            self.ack_now = true;
+            return Some(n);
+        }
+        self.dup_acks_owed = 0;
+        if self.state != TcpState::SynReceived {
+            if self.rexmit_pending {
+                self.rexmit_pending = false;
+                if let Some(n) = self.fast_retransmit(buf, room) {
+                    return Some(n);
+                }
+            }
+            if let Some((len, fin)) = self.next_data(room) {
+                let offset = self.snd_nxt.diff(self.send_base) as usize;
+                let mut f = flags::ACK;
+                if fin {
+                    f |= flags::FIN;
+                }
+                if len > 0 && offset + len == self.send_buf.len() {
+                    f |= flags::PSH;
+                }
+                let n = self.emit(buf, self.snd_nxt, f, &[], offset..offset + len);
+                self.sent(now, len as u32 + u32::from(fin));
+                return Some(n);
+            }
+            // Nothing may go out while the peer's window is shut: probe it later.
+            if self.snd_wnd == 0
+                && self.snd_una == self.snd_max
+                && self.has_unsent()
+                && self.rtx_deadline.is_none()
+            {
+                self.rtx_deadline = Some(now + self.rtt.rto());
+            }
+        }
+        if self.keepalive_pending {
+            // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
+            // so a live peer answers with an ACK.
+            self.keepalive_pending = false;
+            return Some(self.emit(buf, self.snd_max - 1, flags::ACK, &[], 0..0));
+        }
+        if self.ack_now {
+            // At SND.MAX, not SND.NXT: while going back after a timeout SND.NXT lies
+            // below what the peer has, and an ACK there would be unacceptable to it
+            // and answered with another ACK (as BSD does).
+            return Some(self.emit(buf, self.snd_max, flags::ACK, &[], 0..0));
+        }
+        None
+    }
+
+    /// Sends the segment at SND.UNA again, leaving SND.NXT where it is (RFC 5681
+    /// §3.2 step 3, RFC 6582 §3.2 step 5).
+    fn fast_retransmit(&mut self, buf: &mut [u8], room: usize) -> Option<usize> {
+        if self.snd_nxt <= self.snd_una {
+            // Going back after a timeout sends it anyway.
+            return None;
+        }
+        let offset = self.snd_una.diff(self.send_base).max(0) as usize;
+        // Only what went out before: SND.MAX bounds the data.
+        let sent = self.snd_max.distance_from(self.send_base) as usize;
+        let avail = self.send_buf.len().min(sent).checked_sub(offset)?;
+        let len = avail.min(self.send_mss).min(room);
+        let fin_sent =
+            self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
+        let fin = fin_sent && len == avail;
+        if len == 0 && !fin {
+            return None;
+        }
+        let mut f = flags::ACK;
+        if fin {
+            f |= flags::FIN;
+        }
+        // Karn: whatever was being timed may be this segment.
+        self.rtt_sample = None;
+        self.stats.retransmitted += 1;
+        self.stats.fast_retransmits += 1;
+        Some(self.emit(buf, self.snd_una, f, &[], offset..offset + len))
+    }
+
+    /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
+    /// `None` if nothing should go now.
+    fn next_data(&self, room: usize) -> Option<(usize, bool)> {
+        let offset = self.snd_nxt.diff(self.send_base);
+        let avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
+            .try_into()
+            .ok()?;
+        // The usable window (RFC 5681 §3.1): the peer's, further bounded by cwnd,
+        // which Limited Transmit (RFC 3042 §2) stretches by a segment for each of the
+        // first two duplicate ACKs, so that a small window still yields the third.
+        let limited_transmit = if self.in_recovery {
+            0
+        } else {
+            self.dup_acks.min(2)
+        };
+        let cwnd = self
+            .cc
+            .window()
+            .saturating_add(limited_transmit * self.send_mss as u32);
+        let wnd = self.snd_wnd.min(cwnd);
+        let mut allowance = (self.snd_una + wnd).distance_from(self.snd_nxt) as usize;
+        let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
+        if forced {
+            // RFC 9293 §3.8.6.1: a probe carries one byte beyond the zero window.
+            allowance = 1;
+        }
+        let len = avail.min(allowance).min(self.send_mss).min(room);
+        // The FIN occupies a sequence number, so it needs room in the window too.
+        let fin = self.fin_queued && len == avail && allowance > len;
+        if len == 0 && !fin {
+            return None;
+        }
+        let resend = self.snd_nxt < self.snd_max;
+        if !fin && !forced && !resend && len < self.send_mss {
+            // Sender SWS avoidance (RFC 9293 §3.8.6.2.1) with Nagle (§3.7.4): a short
+            // segment only if it empties the queue while nothing is unacknowledged
+            // (or Nagle is off), or if it is half the largest window the peer offered.
+            let idle = self.snd_una == self.snd_max;
+            let all_and_idle = len == avail && (!self.config.nagle || idle);
+            // With nothing in flight no ACK will come to open the window further,
+            // so a window-limited segment goes now: RFC 9293's override timeout,
+            // taken as zero.
+            let window_bound_idle = len == allowance && idle;
+            if !all_and_idle && !window_bound_idle && (len as u32) * 2 < self.max_snd_wnd {
+                return None;
+            }
+        }
+        Some((len, fin))
+    }
+
+    /// Bookkeeping after sending `len` sequence numbers at SND.NXT.
+    fn sent(&mut self, now: Time, len: u32) {
+        if self.snd_nxt < self.snd_max {
+            self.stats.retransmitted += 1;
+        }
+        self.snd_nxt = self.snd_nxt + len;
+        if self.snd_nxt > self.snd_max {
+            self.snd_max = self.snd_nxt;
+            if self.rtt_sample.is_none() {
+                self.rtt_sample = Some((self.snd_nxt, now));
+            }
+        }
+        self.probe = false;
+        // RFC 6298 §5.1.
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// Writes one segment; every segment but a SYN and a RST acknowledges RCV.NXT,
+    /// which answers any pending ACK.
+    fn emit(
+        &mut self,
+        buf: &mut [u8],
+        seq: SeqNum,
+        f: u8,
+        options: &[u8],
+        data: std::ops::Range<usize>,
+    ) -> usize {
+        let ack = f & flags::ACK != 0;
+        let window = if ack {
+            self.advertise_window(f & flags::SYN != 0)
+        } else {
+            self.free_window() as u16
+        };
+        if ack {
+            self.ack_now = false;
+            self.ack_deadline = None;
+            self.unacked_segments = 0;
+        }
+        let repr = TcpRepr {
+            src_port: self.local.port(),
+            dst_port: self.remote.port(),
+            seq_number: seq.0,
+            ack_number: if ack { self.rcv_nxt.0 } else { 0 },
+            flags: f,
+            window: if f & flags::RST != 0 { 0 } else { window },
+            urgent_ptr: 0,
+            options,
+            // Only data segments pay for making the buffer one slice.
+            payload: if data.is_empty() {
+                &[]
+            } else {
+                &self.send_buf.make_contiguous()[data]
+            },
+        };
+        self.stats.segments_sent += 1;
+        repr.emit(buf, *self.local.ip(), *self.remote.ip())
+            .expect("the segment fits: its payload was cut to the buffer");
+        repr.buffer_len()
+    }
+}

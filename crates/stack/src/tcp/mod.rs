@@ -1,0 +1,30 @@
+//! TCP (RFC 9293) as a sans-IO core: a [`Connection`] is one transmission control
+//! block, fed parsed segments and the time, and asked for segments to send and for
+//! its next deadline. Nothing here reads a clock or does I/O, so tests run whole
+//! connections over a simulated network in simulated time.
+//!
+//! What is here: the state machine of RFC 9293 §3.3.2 with active, passive and
+//! simultaneous open and close, half-close, RST and SYN handling hardened per
+//! RFC 5961 §3–§5 with the ACK limit of §7, ISNs per RFC 6528
+//! ([`initial_sequence_number`]), the MSS option, window scaling (RFC 7323 §2),
+//! retransmission with the RFC 6298 timer, zero-window probing, keep-alive, delayed
+//! ACKs and Nagle's algorithm (all switchable), and congestion control: RFC 5681
+//! slow start and congestion avoidance, fast retransmit with NewReno recovery
+//! (RFC 6582) and Limited Transmit (RFC 3042). Not yet: timestamps (RFC 7323
+//! §3–§5), SACK (RFC 2018), CUBIC, and the sockets over the multiplexer.
+
+mod cc;
+mod connection;
+mod isn;
+mod recv;
+mod rtt;
+mod seq;
+
+#[cfg(test)]
+mod tests;
+
+pub use connection::{
+    reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
+};
+pub use isn::initial_sequence_number;
+pub use seq::SeqNum;

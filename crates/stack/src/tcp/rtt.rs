@@ -1,0 +1,124 @@
+//! The retransmission timeout (RFC 6298): smoothed RTT and its variation from
+//! samples, exponential backoff on timeouts.
+
+use std::time::Duration;
+
+/// Clock granularity G of RFC 6298 §2: time here is in nanoseconds, but the RTO
+/// should not collapse onto SRTT when samples barely vary.
+const GRANULARITY: Duration = Duration::from_millis(1);
+/// Most doublings kept; 2^16 × any RTO is far past every sensible maximum.
+const MAX_BACKOFF: u32 = 16;
+
+/// RTO state of one connection.
+#[derive(Debug, Clone)]
+pub(crate) struct RttEstimator {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    /// The RTO computed from the samples, before backoff and the bounds.
+    rto: Duration,
+    backoff: u32,
+    min: Duration,
+    max: Duration,
+}
+
+impl RttEstimator {
+    /// Before any sample the RTO is `initial` (RFC 6298 §2.1: 1 s).
+    pub(crate) fn new(initial: Duration, min: Duration, max: Duration) -> Self {
+        RttEstimator {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: initial,
+            backoff: 0,
+            min,
+            max,
+        }
+    }
+
+    /// The current timeout: computed, doubled per backoff, bounded by [min, max]
+    /// (RFC 6298 §2.4, §2.5, §5.5).
+    pub(crate) fn rto(&self) -> Duration {
+        self.rto
+            .max(self.min)
+            .saturating_mul(1 << self.backoff)
+            .min(self.max)
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub(crate) fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// Takes a sample `r` of a segment that was not retransmitted (Karn's algorithm,
+    /// RFC 6298 §3) and clears the backoff (RFC 6298 §5.7's note: the backed-off RTO
+    /// holds until such a sample arrives).
+    pub(crate) fn sample(&mut self, r: Duration) {
+        match self.srtt {
+            // RFC 6298 §2.2.
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            // RFC 6298 §2.3, with alpha = 1/8 and beta = 1/4.
+            Some(srtt) => {
+                let err = srtt.abs_diff(r);
+                self.rttvar = self.rttvar * 3 / 4 + err / 4;
+                self.srtt = Some(srtt * 7 / 8 + r / 8);
+            }
+        }
+        self.rto = self.srtt.unwrap_or(r) + GRANULARITY.max(self.rttvar * 4);
+        self.backoff = 0;
+    }
+
+    /// Doubles the timeout after it expired (RFC 6298 §5.5).
+    pub(crate) fn back_off(&mut self) {
+        self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
+    }
+
+    /// Starts over from `rto` without backoff (RFC 6298 §5.7: 3 s once the handshake
+    /// completes if the SYN had to be retransmitted; Karn left no sample).
+    pub(crate) fn reinitialize(&mut self, rto: Duration) {
+        self.rto = rto;
+        self.backoff = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn rfc6298_estimates() {
+        let mut e = RttEstimator::new(ms(1000), ms(10), ms(60_000));
+        assert_eq!(e.rto(), ms(1000));
+        e.sample(ms(100));
+        // SRTT = 100, RTTVAR = 50, RTO = 100 + 4 × 50.
+        assert_eq!((e.srtt(), e.rto()), (Some(ms(100)), ms(300)));
+        e.sample(ms(200));
+        // RTTVAR = 3/4 × 50 + 1/4 × 100 = 62.5, SRTT = 87.5 + 25 = 112.5.
+        assert_eq!(e.srtt(), Some(Duration::from_micros(112_500)));
+        assert_eq!(e.rto(), Duration::from_micros(112_500 + 250_000));
+    }
+
+    #[test]
+    fn backoff_bounds_and_reset() {
+        let mut e = RttEstimator::new(ms(1000), ms(1000), ms(60_000));
+        e.sample(ms(1));
+        // The minimum applies to the computed value (RFC 6298 §2.4).
+        assert_eq!(e.rto(), ms(1000));
+        let mut seen = vec![];
+        for _ in 0..8 {
+            e.back_off();
+            seen.push(e.rto().as_secs());
+        }
+        assert_eq!(seen, [2, 4, 8, 16, 32, 60, 60, 60]);
+        e.sample(ms(1));
+        assert_eq!(e.rto(), ms(1000));
+        e.back_off();
+        e.reinitialize(ms(3000));
+        assert_eq!(e.rto(), ms(3000));
+    }
+}

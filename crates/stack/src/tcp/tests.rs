@@ -1,0 +1,1404 @@
+//! Two connections back to back over a simulated network in simulated time, with
+//! seeded loss, duplication, reordering and delay.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use exonet_wire::rng::SplitMix64;
+use exonet_wire::tcp::flags;
+use exonet_wire::{TcpPacket, TcpRepr};
+use proptest::prelude::*;
+
+use super::*;
+use crate::Time;
+
+const ADDR: [SocketAddrV4; 2] = [
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000),
+    SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80),
+];
+const KEY: [u8; 16] = [0x5a; 16];
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Deterministic stream contents, different per direction.
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8 ^ salt)
+        .collect()
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Faults {
+    loss: f64,
+    dup: f64,
+    /// Chance that a segment takes an extra `jitter` × 3, overtaken by later ones.
+    reorder: f64,
+    delay: Duration,
+    jitter: Duration,
+    /// Time each segment occupies the link in its direction (a bandwidth), so
+    /// segments sent together arrive one after another; 0 for infinitely fast.
+    spacing: Duration,
+}
+
+/// A segment as sent, for assertions.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Time,
+    from: usize,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    window: u16,
+    len: usize,
+}
+
+impl Sent {
+    fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+}
+
+#[derive(Debug, Default)]
+struct App {
+    out: Vec<u8>,
+    written: usize,
+    close_when_written: bool,
+    read: bool,
+    /// Most bytes read per step (0: all there are), for a slow reader.
+    read_chunk: usize,
+    got: Vec<u8>,
+}
+
+struct InFlight {
+    at: Time,
+    order: u64,
+    to: usize,
+    bytes: Vec<u8>,
+}
+
+type Filter = Box<dyn FnMut(&Sent) -> bool>;
+
+struct Net {
+    now: Time,
+    ends: [Option<Connection>; 2],
+    apps: [App; 2],
+    /// Config for a connection a SYN to the listener at end 1 creates; `None` is a
+    /// closed port.
+    listener: Option<TcpConfig>,
+    /// The listener's ISS instead of RFC 6528's.
+    listener_iss: Option<SeqNum>,
+    faults: Faults,
+    rng: SplitMix64,
+    wire: Vec<InFlight>,
+    order: u64,
+    log: Vec<Sent>,
+    /// When each direction's link is free again (see [`Faults::spacing`]).
+    link_free: [Time; 2],
+    /// Returns false for segments the test drops on purpose.
+    pass: Filter,
+}
+
+impl Net {
+    fn new(seed: u64, faults: Faults) -> Net {
+        Net {
+            now: Time::ZERO,
+            ends: [None, None],
+            apps: [App::default(), App::default()],
+            listener: None,
+            listener_iss: None,
+            faults,
+            rng: SplitMix64::new(seed),
+            wire: Vec::new(),
+            order: 0,
+            log: Vec::new(),
+            link_free: [Time::ZERO; 2],
+            pass: Box::new(|_| true),
+        }
+    }
+
+    /// End 0 connects to a listener at end 1.
+    fn client_server(seed: u64, faults: Faults, a: TcpConfig, b: TcpConfig) -> Net {
+        let mut n = Net::new(seed, faults);
+        let iss = initial_sequence_number(&KEY, ADDR[0], ADDR[1], n.now);
+        n.ends[0] = Some(Connection::connect(a, ADDR[0], ADDR[1], iss));
+        n.listener = Some(b);
+        n
+    }
+
+    fn conn(&self, i: usize) -> &Connection {
+        self.ends[i].as_ref().expect("connection exists")
+    }
+
+    fn conn_mut(&mut self, i: usize) -> &mut Connection {
+        self.ends[i].as_mut().expect("connection exists")
+    }
+
+    fn state(&self, i: usize) -> TcpState {
+        self.ends[i]
+            .as_ref()
+            .map_or(TcpState::Closed, Connection::state)
+    }
+
+    fn run_apps(&mut self) {
+        for i in 0..2 {
+            let (Some(c), app) = (self.ends[i].as_mut(), &mut self.apps[i]) else {
+                continue;
+            };
+            if app.written < app.out.len() {
+                app.written += c.send(&app.out[app.written..]);
+            }
+            // Closing in SYN-SENT would abandon the connection (RFC 9293 §3.10.4).
+            let connected = c.state() != TcpState::SynSent;
+            if app.close_when_written && app.written == app.out.len() && connected {
+                c.close();
+                app.close_when_written = false;
+            }
+            if app.read {
+                let mut buf = [0; 4096];
+                let chunk = if app.read_chunk == 0 {
+                    buf.len()
+                } else {
+                    app.read_chunk
+                };
+                loop {
+                    let n = c.recv(&mut buf[..chunk]);
+                    app.got.extend_from_slice(&buf[..n]);
+                    if n == 0 || app.read_chunk != 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        let mut buf = [0u8; 1600];
+        for i in 0..2 {
+            while let Some(n) = self.ends[i]
+                .as_mut()
+                .and_then(|c| c.poll_transmit(self.now, &mut buf))
+            {
+                self.put(i, buf[..n].to_vec());
+            }
+        }
+    }
+
+    fn put(&mut self, from: usize, bytes: Vec<u8>) {
+        let p = TcpPacket::new_checked(&bytes[..]).expect("well-formed segment");
+        let r = TcpRepr::parse(&p, *ADDR[from].ip(), *ADDR[1 - from].ip()).expect("checksum");
+        // etherparse as an independent reading of the same bytes.
+        let (h, payload) = etherparse::TcpHeader::from_slice(&bytes).expect("etherparse reads it");
+        assert_eq!(
+            (
+                h.sequence_number,
+                h.acknowledgment_number,
+                h.window_size,
+                h.syn,
+                h.fin,
+                h.rst
+            ),
+            (
+                r.seq_number,
+                r.ack_number,
+                r.window,
+                r.flags & flags::SYN != 0,
+                r.flags & flags::FIN != 0,
+                r.flags & flags::RST != 0
+            )
+        );
+        let sum = h
+            .calc_checksum_ipv4_raw(
+                ADDR[from].ip().octets(),
+                ADDR[1 - from].ip().octets(),
+                payload,
+            )
+            .unwrap();
+        assert_eq!(sum, h.checksum);
+        // Every SYN carries the MSS option, read back by etherparse too.
+        let mss = h.options_iterator().find_map(|o| match o {
+            Ok(etherparse::TcpOptionElement::MaximumSegmentSize(m)) => Some(m),
+            _ => None,
+        });
+        assert_eq!(mss.is_some(), h.syn);
+        let sent = Sent {
+            at: self.now,
+            from,
+            seq: r.seq_number,
+            ack: r.ack_number,
+            flags: r.flags,
+            window: r.window,
+            len: r.payload.len(),
+        };
+        self.log.push(sent);
+        if !(self.pass)(&sent) || self.rng.chance(self.faults.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.faults.dup) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let jitter = self.faults.jitter.as_nanos() as u64;
+            let mut d = self.faults.delay + Duration::from_nanos(self.rng.below(jitter + 1));
+            if self.rng.chance(self.faults.reorder) {
+                d += self.faults.jitter * 3;
+            }
+            self.order += 1;
+            let mut at = self.now + d;
+            if self.faults.spacing > Duration::ZERO {
+                at = at.max(self.link_free[from] + self.faults.spacing);
+                self.link_free[from] = at;
+            }
+            self.wire.push(InFlight {
+                at,
+                order: self.order,
+                to: 1 - from,
+                bytes: bytes.clone(),
+            });
+        }
+    }
+
+    fn deliver(&mut self, to: usize, bytes: &[u8]) {
+        let p = TcpPacket::new_checked(bytes).unwrap();
+        let r = TcpRepr::parse(&p, *ADDR[1 - to].ip(), *ADDR[to].ip()).unwrap();
+        self.inject(to, &r);
+    }
+
+    /// Hands `r` to end `to`, or to its listener.
+    fn inject(&mut self, to: usize, r: &TcpRepr) {
+        let now = self.now;
+        match (&mut self.ends[to], &self.listener) {
+            (Some(c), _) if c.state() != TcpState::Closed => c.handle_segment(r, now),
+            (_, Some(cfg)) if to == 1 => {
+                let iss = self
+                    .listener_iss
+                    .unwrap_or_else(|| initial_sequence_number(&KEY, ADDR[1], ADDR[0], now));
+                match Connection::accept(cfg.clone(), ADDR[1], ADDR[0], iss, r) {
+                    Some(c) => self.ends[1] = Some(c),
+                    None => self.reply_closed(to, r),
+                }
+            }
+            _ => self.reply_closed(to, r),
+        }
+    }
+
+    fn reply_closed(&mut self, at: usize, r: &TcpRepr) {
+        if let Some(rst) = reset_for_closed(r) {
+            let mut buf = vec![0; rst.buffer_len()];
+            rst.emit(&mut buf, *ADDR[at].ip(), *ADDR[1 - at].ip())
+                .unwrap();
+            self.put(at, buf);
+        }
+    }
+
+    /// Lets the applications act, sends what the ends have, then advances to the
+    /// next event and handles it. False when nothing is left to happen.
+    fn step(&mut self) -> bool {
+        self.run_apps();
+        self.flush();
+        let next = self
+            .wire
+            .iter()
+            .map(|s| s.at)
+            .chain(
+                self.ends
+                    .iter()
+                    .flatten()
+                    .filter_map(Connection::poll_timeout),
+            )
+            .min();
+        let Some(next) = next else { return false };
+        self.now = self.now.max(next);
+        self.wire.sort_by_key(|s| (s.at, s.order));
+        let due = self.wire.iter().take_while(|s| s.at <= self.now).count();
+        for s in self.wire.drain(..due).collect::<Vec<_>>() {
+            self.deliver(s.to, &s.bytes);
+        }
+        let now = self.now;
+        for c in self.ends.iter_mut().flatten() {
+            if c.poll_timeout().is_some_and(|t| t <= now) {
+                c.handle_timeout(now);
+            }
+        }
+        true
+    }
+
+    /// Steps until `done` holds (true) or nothing is left to do or the time passes
+    /// `limit` (false).
+    fn run_until(&mut self, limit: Time, done: impl Fn(&Net) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > limit || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    fn established(&self) -> bool {
+        self.state(0) == TcpState::Established && self.state(1) == TcpState::Established
+    }
+
+    fn both_closed(&self) -> bool {
+        self.state(0) == TcpState::Closed && self.state(1) == TcpState::Closed
+    }
+}
+
+fn fast_config() -> TcpConfig {
+    TcpConfig {
+        min_rto: ms(200),
+        initial_rto: ms(200),
+        msl: secs(1),
+        ..TcpConfig::default()
+    }
+}
+
+/// Both ends send `sizes[i]` bytes and close; checks that everything arrives and that
+/// both close cleanly, and returns the network afterwards.
+fn transfer(seed: u64, faults: Faults, sizes: [usize; 2], a: TcpConfig, b: TcpConfig) -> Net {
+    transfer_with(Net::client_server(seed, faults, a, b), sizes, 0)
+}
+
+/// [`transfer`] on a prepared network, reading at most `read_chunk` bytes per step.
+fn transfer_with(mut n: Net, sizes: [usize; 2], read_chunk: usize) -> Net {
+    for (i, app) in n.apps.iter_mut().enumerate() {
+        app.read_chunk = read_chunk;
+        app.out = pattern(sizes[i], i as u8 * 0x55);
+        app.close_when_written = true;
+        app.read = true;
+    }
+    let limit = Time::ZERO + secs(3600);
+    assert!(
+        n.run_until(limit, |n| n.both_closed() && n.ends[1].is_some()),
+        "not closed: {:?} {:?} {:?} at {:?}",
+        n.state(0),
+        n.state(1),
+        n.ends[0].as_ref().map(Connection::error),
+        n.now,
+    );
+    // A slow reader still has data to take after the connection is gone.
+    while n.ends.iter().flatten().any(|c| c.recv_queue_len() > 0) {
+        n.run_apps();
+    }
+    for i in 0..2 {
+        assert_eq!(n.conn(i).error(), None);
+        assert!(
+            n.apps[1 - i].got == n.apps[i].out,
+            "stream from {i} damaged"
+        );
+    }
+    n
+}
+
+#[test]
+fn transfer_both_ways_and_clean_close() {
+    let n = transfer(
+        1,
+        Faults {
+            delay: ms(5),
+            ..Faults::default()
+        },
+        [300_000, 100_000],
+        fast_config(),
+        fast_config(),
+    );
+    // The handshake: SYN, SYN-ACK, ACK, each SYN with an MSS option of 1460.
+    let (syn, synack) = (n.log[0], n.log[1]);
+    assert!(syn.has(flags::SYN) && !syn.has(flags::ACK) && syn.from == 0);
+    assert!(synack.has(flags::SYN | flags::ACK) && synack.ack == syn.seq.wrapping_add(1));
+    assert!(n.log.iter().filter(|s| s.len > 0).all(|s| s.len <= 1460));
+    assert_eq!(n.conn(0).send_mss(), 1460);
+    // Nothing was lost, so nothing was sent twice.
+    let data: Vec<_> = n.log.iter().filter(|s| s.len > 0).collect();
+    let mut seqs: Vec<_> = data.iter().map(|s| (s.from, s.seq)).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), data.len());
+    // 20 ms handshake RTT measured, RTO at its floor.
+    assert_eq!(n.conn(0).srtt().map(|d| d >= ms(10)), Some(true));
+}
+
+#[test]
+fn lossy_network_delivers_intact() {
+    let faults = Faults {
+        loss: 0.05,
+        dup: 0.03,
+        reorder: 0.1,
+        delay: ms(10),
+        jitter: ms(4),
+        spacing: Duration::from_micros(12),
+    };
+    let n = transfer(7, faults, [400_000, 200_000], fast_config(), fast_config());
+    // Losses were repaired by sending again.
+    let data: Vec<_> = n.log.iter().filter(|s| s.len > 0).collect();
+    let mut seqs: Vec<_> = data.iter().map(|s| (s.from, s.seq)).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert!(seqs.len() < data.len());
+    let st = n.conn(0).stats();
+    assert!(st.retransmitted > 0 && st.fast_retransmits > 0);
+    assert_eq!(
+        st.segments_sent,
+        n.log.iter().filter(|s| s.from == 0).count() as u64
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random loss, duplication and reordering never damage either stream.
+    #[test]
+    fn random_faults_never_damage_streams(
+        seed: u64,
+        loss in 0.0f64..0.25,
+        dup in 0.0f64..0.2,
+        reorder in 0.0f64..0.3,
+        a_len in 0usize..40_000,
+        b_len in 0usize..40_000,
+        nagle: bool,
+        delayed_ack: bool,
+        mss in 100u16..1460,
+        recv_buffer in 200usize..300_000,
+        read_chunk in 0usize..3000,
+        iss: u32,
+        spacing_us in 0u64..50,
+        window_scaling: bool,
+    ) {
+        let spacing = Duration::from_micros(spacing_us);
+        let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
+        let cfg = TcpConfig {
+            nagle,
+            mss,
+            recv_buffer,
+            delayed_ack: delayed_ack.then_some(ms(40)),
+            window_scaling,
+            ..fast_config()
+        };
+        let mut n = Net::client_server(seed, faults, cfg.clone(), cfg);
+        // Sequence numbers near the wrap, often.
+        n.listener_iss = Some(SeqNum(iss | 0xffff_0000));
+        // The simulated reader acts only when something happens, so one that takes
+        // less than the SWS threshold per step would stall on the (correctly)
+        // unannounced window; a real reader goes on reading between events.
+        let read_chunk = match read_chunk {
+            0 => 0,
+            c => c.max(usize::from(mss).min(recv_buffer / 2)),
+        };
+        transfer_with(n, [a_len, b_len], read_chunk);
+    }
+}
+
+fn at(s: Duration) -> Time {
+    Time::ZERO + s
+}
+
+fn quiet() -> Faults {
+    Faults {
+        delay: ms(5),
+        ..Faults::default()
+    }
+}
+
+/// A connection set up over a 5 ms link and idle.
+fn established_pair(a: TcpConfig, b: TcpConfig) -> Net {
+    let mut n = Net::client_server(3, quiet(), a, b);
+    n.apps[1].read = true;
+    n.apps[0].read = true;
+    assert!(n.run_until(at(secs(1)), Net::established));
+    n.run_until(at(secs(1)), |n| n.wire.is_empty());
+    n
+}
+
+/// The last segment end `i` sent.
+fn last_from(n: &Net, i: usize) -> Sent {
+    *n.log.iter().rev().find(|s| s.from == i).expect("a segment")
+}
+
+/// RCV.NXT and SND.NXT of end 1 of an idle pair, read off end 0's last segment.
+fn b_view(n: &Net) -> (u32, u32) {
+    let a = last_from(n, 0);
+    (a.seq, a.ack)
+}
+
+/// A segment from end `from`'s port to the other's.
+fn forged(from: usize, seq: u32, ack: u32, f: u8, payload: &[u8]) -> TcpRepr<'_> {
+    TcpRepr {
+        src_port: ADDR[from].port(),
+        dst_port: ADDR[1 - from].port(),
+        seq_number: seq,
+        ack_number: ack,
+        flags: f,
+        window: 1000,
+        urgent_ptr: 0,
+        options: &[],
+        payload,
+    }
+}
+
+/// Injects `r` into end `to` and returns what it sends in reply.
+fn answer(n: &mut Net, to: usize, r: &TcpRepr) -> Vec<Sent> {
+    let before = n.log.len();
+    n.inject(to, r);
+    n.flush();
+    n.log[before..].to_vec()
+}
+
+#[test]
+fn half_close() {
+    let mut n = Net::client_server(5, quiet(), fast_config(), fast_config());
+    n.apps[0] = App {
+        out: pattern(10_000, 1),
+        close_when_written: true,
+        read: true,
+        ..App::default()
+    };
+    n.apps[1].read = true;
+    assert!(
+        n.run_until(at(secs(10)), |n| n.state(1) == TcpState::CloseWait
+            && n.conn(1).recv_finished())
+    );
+    assert!(n.apps[1].got == n.apps[0].out);
+    assert!(n.run_until(at(secs(10)), |n| n.state(0) == TcpState::FinWait2));
+    // The half-closed end still takes data.
+    n.apps[1].out = pattern(50_000, 2);
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(at(secs(20)), |n| n.state(0) == TcpState::TimeWait));
+    let entered = n.now;
+    n.run_apps();
+    assert!(n.apps[0].got == n.apps[1].out);
+    assert!(n.conn(0).recv_finished());
+    // TIME-WAIT lasts exactly 2 × MSL.
+    assert!(n.run_until(at(secs(60)), Net::both_closed));
+    assert_eq!(n.now, entered + 2 * fast_config().msl);
+    assert_eq!((n.conn(0).error(), n.conn(1).error()), (None, None));
+}
+
+#[test]
+fn simultaneous_open() {
+    let mut n = Net::new(9, quiet());
+    for i in 0..2 {
+        let iss = initial_sequence_number(&KEY, ADDR[i], ADDR[1 - i], n.now);
+        n.ends[i] = Some(Connection::connect(
+            fast_config(),
+            ADDR[i],
+            ADDR[1 - i],
+            iss,
+        ));
+        n.apps[i] = App {
+            out: pattern(20_000, i as u8),
+            close_when_written: true,
+            read: true,
+            ..App::default()
+        };
+    }
+    // Both SYNs cross; each end answers the other's with a SYN-ACK.
+    assert!(
+        n.run_until(at(secs(1)), |n| n.state(0) == TcpState::SynReceived
+            && n.state(1) == TcpState::SynReceived)
+    );
+    assert!(n.run_until(at(secs(60)), Net::both_closed));
+    let syns: Vec<_> = n.log.iter().filter(|s| s.has(flags::SYN)).collect();
+    assert_eq!(syns.len(), 4);
+    assert!(syns[..2].iter().all(|s| !s.has(flags::ACK)));
+    assert!(syns[2..].iter().all(|s| s.has(flags::ACK)));
+    for i in 0..2 {
+        assert!(n.apps[1 - i].got == n.apps[i].out);
+        assert_eq!(n.conn(i).error(), None);
+    }
+}
+
+#[test]
+fn simultaneous_close() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).close();
+    n.conn_mut(1).close();
+    assert_eq!(
+        (n.state(0), n.state(1)),
+        (TcpState::FinWait1, TcpState::FinWait1)
+    );
+    // The FINs cross: each end sees the other's before the ACK of its own.
+    assert!(n.run_until(at(secs(2)), |n| n.state(0) == TcpState::Closing
+        && n.state(1) == TcpState::Closing));
+    assert!(
+        n.run_until(at(secs(2)), |n| n.state(0) == TcpState::TimeWait
+            && n.state(1) == TcpState::TimeWait)
+    );
+    let entered = n.now;
+    assert!(n.run_until(at(secs(10)), Net::both_closed));
+    assert_eq!(n.now, entered + 2 * fast_config().msl);
+}
+
+#[test]
+fn rst_checks_follow_rfc5961() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    // In the window but not exact: a challenge ACK, the connection stays.
+    let reply = answer(
+        &mut n,
+        1,
+        &forged(0, rcv_nxt.wrapping_add(1000), 0, flags::RST, &[]),
+    );
+    assert_eq!(reply.len(), 1);
+    assert_eq!(
+        (reply[0].flags, reply[0].seq, reply[0].ack),
+        (flags::ACK, snd_nxt, rcv_nxt)
+    );
+    assert_eq!(n.state(1), TcpState::Established);
+    // Outside the window, either side: ignored without a word.
+    for seq in [
+        rcv_nxt.wrapping_add(70_000),
+        rcv_nxt.wrapping_sub(1),
+        rcv_nxt ^ 0x8000_0000,
+    ] {
+        assert!(answer(&mut n, 1, &forged(0, seq, 0, flags::RST | flags::ACK, &[])).is_empty());
+        assert_eq!(n.state(1), TcpState::Established);
+    }
+    // The challenge ACK reached the real peer, which takes it in stride.
+    n.run_until(at(secs(2)), |n| n.wire.is_empty());
+    assert!(n.established());
+    // Exactly RCV.NXT: reset.
+    assert!(answer(&mut n, 1, &forged(0, rcv_nxt, 0, flags::RST, &[])).is_empty());
+    assert_eq!(
+        (n.state(1), n.conn(1).error()),
+        (TcpState::Closed, Some(TcpError::Reset))
+    );
+}
+
+#[test]
+fn syn_on_established_connection_gets_challenge_ack() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    for seq in [rcv_nxt, rcv_nxt.wrapping_add(10), 12345] {
+        let reply = answer(&mut n, 1, &forged(0, seq, 0, flags::SYN, &[]));
+        assert_eq!(reply.len(), 1);
+        assert_eq!(
+            (reply[0].flags, reply[0].seq, reply[0].ack),
+            (flags::ACK, snd_nxt, rcv_nxt)
+        );
+        assert_eq!(n.state(1), TcpState::Established);
+    }
+    n.run_until(at(secs(2)), |n| n.wire.is_empty());
+    assert!(n.established());
+}
+
+#[test]
+fn blind_data_and_acks_outside_the_window_are_dropped() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    // Data outside the window and an ACK of data never sent: an ACK in reply,
+    // nothing delivered.
+    let out_of_window = forged(
+        0,
+        rcv_nxt.wrapping_add(100_000),
+        snd_nxt,
+        flags::ACK,
+        b"evil",
+    );
+    let unsent = forged(0, rcv_nxt, snd_nxt.wrapping_add(5000), flags::ACK, b"evil");
+    for r in [out_of_window, unsent] {
+        let reply = answer(&mut n, 1, &r);
+        assert_eq!(reply.len(), 1);
+        assert_eq!((reply[0].seq, reply[0].ack), (snd_nxt, rcv_nxt));
+    }
+    assert_eq!(n.conn(1).recv_queue_len(), 0);
+    assert!(n.established());
+}
+
+#[test]
+fn closed_port_refuses() {
+    let mut n = Net::new(2, quiet());
+    let iss = SeqNum(1000);
+    n.ends[0] = Some(Connection::connect(fast_config(), ADDR[0], ADDR[1], iss));
+    assert!(n.run_until(at(secs(1)), |n| n.state(0) == TcpState::Closed));
+    assert_eq!(n.conn(0).error(), Some(TcpError::Refused));
+    let rst = last_from(&n, 1);
+    assert_eq!(
+        (rst.flags, rst.seq, rst.ack),
+        (flags::RST | flags::ACK, 0, 1001)
+    );
+    // An unrelated RST with a wrong ACK in SYN-SENT is not believed.
+    let mut c = Connection::connect(fast_config(), ADDR[0], ADDR[1], iss);
+    let mut buf = [0; 100];
+    c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    c.handle_segment(
+        &forged(1, 0, 5000, flags::RST | flags::ACK, &[]),
+        Time::ZERO,
+    );
+    assert_eq!(c.state(), TcpState::SynSent);
+}
+
+#[test]
+fn syn_retransmission_backoff_then_timeout() {
+    let mut n = Net::client_server(4, quiet(), TcpConfig::default(), TcpConfig::default());
+    n.pass = Box::new(|_| false);
+    assert!(n.run_until(at(secs(1000)), |n| n.state(0) == TcpState::Closed));
+    let times: Vec<u64> = n
+        .log
+        .iter()
+        .map(|s| s.at.as_nanos() / 1_000_000_000)
+        .collect();
+    // RFC 6298: 1 s, doubling; six retransmissions (the default limit).
+    assert_eq!(times, [0, 1, 3, 7, 15, 31, 63]);
+    let st = n.conn(0).stats();
+    assert_eq!((st.timeouts, st.retransmitted, st.segments_sent), (7, 6, 7));
+    assert!(n.log.iter().all(|s| s.flags == flags::SYN));
+    // The seventh timeout, after 60 s (the RTO's cap), gives up.
+    assert_eq!(n.now, at(secs(123)));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn data_retransmission_backoff_then_timeout() {
+    let cfg = TcpConfig {
+        max_rto: secs(10),
+        max_retransmissions: 5,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.pass = Box::new(|s| s.len == 0);
+    n.apps[0].out = pattern(1000, 0);
+    assert!(n.run_until(at(secs(1000)), |n| n.state(0) == TcpState::Closed));
+    let data: Vec<Time> = n.log.iter().filter(|s| s.len > 0).map(|s| s.at).collect();
+    let t0 = data[0];
+    let offsets: Vec<u64> = data
+        .iter()
+        .map(|t| t.saturating_duration_since(t0).as_secs())
+        .collect();
+    // RTO floor 1 s (the measured RTT is 10 ms), doubled, capped at 10 s.
+    assert_eq!(offsets, [0, 1, 3, 7, 15, 25]);
+    assert_eq!(n.now, t0 + secs(35));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn zero_window_probes_then_window_update() {
+    let a = TcpConfig {
+        max_rto: secs(2),
+        max_retransmissions: 3,
+        ..fast_config()
+    };
+    let b = TcpConfig {
+        recv_buffer: 4096,
+        ..fast_config()
+    };
+    let mut n = established_pair(a, b);
+    n.apps[1].read = false;
+    n.apps[0].out = pattern(20_000, 3);
+    n.apps[0].close_when_written = true;
+    assert!(n.run_until(at(secs(2)), |n| n.conn(1).recv_queue_len() == 4096));
+    n.flush();
+    assert!(n.log.iter().any(|s| s.from == 1 && s.window == 0));
+    // Probe for 20 s: far more probes than the retransmission limit, but each is
+    // answered, so the connection lives (RFC 9293 §3.8.6.1).
+    let start = n.log.len();
+    let shut = n.now;
+    n.run_until(shut + secs(20), |_| false);
+    assert_eq!(n.state(0), TcpState::FinWait1);
+    let probes: Vec<Time> = n.log[start..]
+        .iter()
+        .filter(|s| s.from == 0 && s.len == 1)
+        .map(|s| s.at)
+        .collect();
+    let gaps: Vec<u64> = probes
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]).as_millis() as u64)
+        .collect();
+    assert_eq!(gaps[..4], [400, 800, 1600, 2000]);
+    assert!(gaps[4..].iter().all(|&g| g == 2000));
+    assert!(probes.len() > 5);
+    // Every probe is answered with the zero window.
+    assert!(n.log[start..]
+        .iter()
+        .filter(|s| s.from == 1)
+        .all(|s| s.window == 0));
+    // The application reads: a window update, and the rest flows.
+    n.apps[1].read = true;
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(n.now + secs(10), Net::both_closed));
+    assert!(n.apps[1].got == n.apps[0].out);
+    assert_eq!(n.conn(0).error(), None);
+}
+
+#[test]
+fn mss_option_and_clamping() {
+    let small = TcpConfig {
+        mss: 1000,
+        ..fast_config()
+    };
+    let n = transfer(6, quiet(), [30_000, 30_000], small, fast_config());
+    assert_eq!((n.conn(0).send_mss(), n.conn(1).send_mss()), (1000, 1000));
+    assert_eq!(n.log.iter().map(|s| s.len).max(), Some(1000));
+    // No option: 536 (RFC 9293 §3.7.1); a tiny one is raised to the floor.
+    let syn = forged(0, 1, 0, flags::SYN, &[]);
+    let c = Connection::accept(fast_config(), ADDR[1], ADDR[0], SeqNum(9), &syn).unwrap();
+    assert_eq!(c.send_mss(), 536);
+    let opt = [2, 4, 0, 10];
+    let c = Connection::accept(
+        fast_config(),
+        ADDR[1],
+        ADDR[0],
+        SeqNum(9),
+        &TcpRepr {
+            options: &opt,
+            ..syn
+        },
+    )
+    .unwrap();
+    assert_eq!(c.send_mss(), 48);
+    // Only a plain SYN opens a connection.
+    assert!(Connection::accept(
+        fast_config(),
+        ADDR[1],
+        ADDR[0],
+        SeqNum(9),
+        &forged(0, 1, 0, flags::SYN | flags::ACK, &[])
+    )
+    .is_none());
+}
+
+#[test]
+fn delayed_ack() {
+    let b = TcpConfig {
+        delayed_ack: Some(ms(100)),
+        ..fast_config()
+    };
+    let mut n = established_pair(fast_config(), b);
+    // One segment: acknowledged when the delay runs out.
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    let data = last_from(&n, 0);
+    let ack = last_from(&n, 1);
+    assert_eq!(ack.at, data.at + ms(5) + ms(100));
+    // Two full segments: the second is acknowledged at once.
+    n.apps[0].out.extend(pattern(2920, 1));
+    let before = n.log.len();
+    n.step();
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    let sent: Vec<_> = n.log[before..].to_vec();
+    assert_eq!(
+        sent.iter().filter(|s| s.from == 0 && s.len == 1460).count(),
+        2
+    );
+    let acks: Vec<_> = sent.iter().filter(|s| s.from == 1).collect();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].at, sent[0].at + ms(5));
+    // A delay of a second is cut to under half a second.
+    let slow = TcpConfig {
+        delayed_ack: Some(secs(1)),
+        ..fast_config()
+    };
+    // (The sender's RTO of 1 s outlasts the delay.)
+    let mut n = established_pair(TcpConfig::default(), slow);
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    n.run_until(n.now + secs(2), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    assert_eq!(last_from(&n, 1).at, last_from(&n, 0).at + ms(5) + ms(499));
+}
+
+#[test]
+fn nagle_coalesces_small_writes() {
+    for nagle in [true, false] {
+        let cfg = TcpConfig {
+            nagle,
+            ..fast_config()
+        };
+        let mut n = established_pair(cfg.clone(), cfg);
+        let before = n.log.len();
+        for _ in 0..10 {
+            assert_eq!(n.conn_mut(0).send(b"x"), 1);
+            n.flush();
+        }
+        n.run_until(n.now + secs(1), |n| n.apps[1].got.len() == 10);
+        let lens: Vec<usize> = n.log[before..]
+            .iter()
+            .filter(|s| s.from == 0 && s.len > 0)
+            .map(|s| s.len)
+            .collect();
+        if nagle {
+            assert_eq!(lens, [1, 9]);
+        } else {
+            assert_eq!(lens, [1; 10]);
+        }
+    }
+}
+
+#[test]
+fn sequence_numbers_wrap_during_transfer() {
+    let mut n = Net::client_server(8, quiet(), fast_config(), fast_config());
+    n.ends[0] = Some(Connection::connect(
+        fast_config(),
+        ADDR[0],
+        ADDR[1],
+        SeqNum(u32::MAX - 5000),
+    ));
+    n.listener_iss = Some(SeqNum(u32::MAX - 100));
+    let n = transfer_with(n, [300_000, 300_000], 0);
+    for i in 0..2 {
+        let data = n.log.iter().filter(|s| s.from == i && s.len > 0);
+        assert!(data.clone().any(|s| s.seq > u32::MAX - 10_000));
+        assert!(data.clone().any(|s| s.seq < 100_000));
+    }
+}
+
+#[test]
+fn lost_syn_ack_is_sent_again_and_rto_restarts_at_3s() {
+    let mut n = Net::client_server(10, quiet(), TcpConfig::default(), TcpConfig::default());
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let first_synack = s.has(flags::SYN | flags::ACK) && s.from == 1 && !dropped;
+        dropped |= first_synack;
+        !first_synack
+    });
+    assert!(n.run_until(at(secs(10)), Net::established));
+    let synacks: Vec<Time> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1 && s.has(flags::SYN))
+        .map(|s| s.at)
+        .collect();
+    // The client's SYN after 1 s finds the server in SYN-RECEIVED, which answers at
+    // once instead of waiting for its own timer.
+    assert_eq!(synacks, [at(ms(5)), at(ms(1005))]);
+    assert_eq!(n.now, at(ms(1015)));
+    // RFC 6298 §5.7: the client retransmitted its SYN, so its RTO is 3 s.
+    assert_eq!(n.conn(0).rto(), secs(3));
+    assert_eq!(n.conn(0).srtt(), None);
+    // RFC 5681 §3.1: and its initial window is one segment.
+    n.apps[0].out = pattern(10_000, 0);
+    n.run_until(n.now + secs(1), |n| n.apps[1].got.len() == 10_000);
+    let data = data_from_a(&n);
+    assert_eq!(data.iter().filter(|d| d.0 == data[0].0).count(), 1);
+}
+
+#[test]
+fn karn_takes_no_sample_from_retransmitted_data() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let srtt = n.conn(0).srtt();
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let first_data = s.from == 0 && s.len > 0 && !dropped;
+        dropped |= first_data;
+        !first_data
+    });
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100
+        && n.conn(0).send_queue_len() == 0));
+    // The one segment went twice, so its ACK measured nothing; the backoff stays.
+    assert_eq!(n.log.iter().filter(|s| s.len > 0).count(), 2);
+    assert_eq!(n.conn(0).srtt(), srtt);
+    assert_eq!(n.conn(0).rto(), ms(400));
+    // The next segment, sent once, gives a sample and clears the backoff.
+    n.apps[0].out.extend(pattern(100, 1));
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.conn(0).send_queue_len() == 0));
+    assert_eq!(n.conn(0).rto(), ms(200));
+}
+
+#[test]
+fn abort_resets_the_peer() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).send(b"unsent data is dropped");
+    n.conn_mut(0).abort();
+    assert_eq!((n.state(0), n.conn(0).error()), (TcpState::Closed, None));
+    assert!(n.run_until(at(secs(2)), |n| n.state(1) == TcpState::Closed));
+    assert_eq!(n.conn(1).error(), Some(TcpError::Reset));
+    let rst = last_from(&n, 0);
+    assert_eq!(rst.flags, flags::RST);
+    assert!(n.apps[1].got.is_empty());
+}
+
+#[test]
+fn time_wait_acks_a_retransmitted_fin_and_restarts() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.conn_mut(0).close();
+    assert!(n.run_until(at(secs(2)), |n| n.state(1) == TcpState::CloseWait));
+    n.conn_mut(1).close();
+    // The ACK of B's FIN is lost once: B sends the FIN again, A in TIME-WAIT
+    // acknowledges it and waits 2 MSL from then.
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let drop = s.from == 0 && !dropped;
+        dropped |= drop;
+        !drop
+    });
+    assert!(n.run_until(at(secs(5)), |n| n.state(0) == TcpState::TimeWait));
+    let first = n.now;
+    assert!(n.run_until(at(secs(5)), |n| n.state(1) == TcpState::Closed));
+    let fins: Vec<_> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1 && s.has(flags::FIN))
+        .collect();
+    assert_eq!(fins.len(), 2);
+    let again = fins[1].at + ms(5);
+    assert!(again > first);
+    assert!(n.run_until(at(secs(10)), Net::both_closed));
+    assert_eq!(n.now, again + 2 * fast_config().msl);
+}
+
+#[test]
+fn close_before_the_handshake() {
+    // In SYN-SENT, CLOSE just forgets the connection.
+    let mut c = Connection::connect(fast_config(), ADDR[0], ADDR[1], SeqNum(1));
+    c.close();
+    assert_eq!(c.state(), TcpState::Closed);
+    assert_eq!(c.poll_transmit(Time::ZERO, &mut [0; 100]), None);
+    // In SYN-RECEIVED, the FIN waits for the handshake; data on the SYN is not taken.
+    let mut n = Net::client_server(11, quiet(), fast_config(), fast_config());
+    let mut b = None;
+    while b.is_none() {
+        n.step();
+        b = n.ends[1].take();
+    }
+    let mut b = b.unwrap();
+    b.close();
+    assert_eq!(b.state(), TcpState::SynReceived);
+    n.ends[1] = Some(b);
+    n.apps[0].read = true;
+    assert!(
+        n.run_until(at(secs(2)), |n| n.state(1) == TcpState::FinWait2
+            && n.state(0) == TcpState::CloseWait)
+    );
+    let syn = forged(0, 7, 0, flags::SYN, b"early");
+    let mut c = Connection::accept(fast_config(), ADDR[1], ADDR[0], SeqNum(1), &syn).unwrap();
+    let mut buf = [0; 100];
+    let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    let p = TcpPacket::new_checked(&buf[..len]).unwrap();
+    assert_eq!((p.ack_number(), c.recv_queue_len()), (8, 0));
+}
+
+#[test]
+fn challenge_acks_are_rate_limited() {
+    let cfg = TcpConfig {
+        challenge_ack_limit: 10,
+        ..fast_config()
+    };
+    let mut n = established_pair(fast_config(), cfg);
+    let (rcv_nxt, _) = b_view(&n);
+    let flood = |n: &mut Net| {
+        (0..50u32)
+            .map(|k| {
+                answer(
+                    n,
+                    1,
+                    &forged(0, rcv_nxt.wrapping_add(1 + k), 0, flags::RST, &[]),
+                )
+                .len()
+            })
+            .sum::<usize>()
+    };
+    assert_eq!(flood(&mut n), 10);
+    assert_eq!(flood(&mut n), 0);
+    let st = n.conn(1).stats();
+    assert_eq!((st.challenge_acks, st.challenge_acks_suppressed), (10, 90));
+    // A second later the allowance is back.
+    n.now = n.now + secs(1);
+    assert_eq!(flood(&mut n), 10);
+    // Bare ACKs outside the window draw on the same allowance, so two ends that
+    // disagree cannot ping-pong ACKs without end.
+    n.now = n.now + secs(1);
+    let (_, snd_nxt) = b_view(&n);
+    let old = forged(0, rcv_nxt.wrapping_sub(5000), snd_nxt, flags::ACK, &[]);
+    let replies: usize = (0..50).map(|_| answer(&mut n, 1, &old).len()).sum();
+    assert_eq!(replies, 10);
+    assert!(n.established());
+}
+
+#[test]
+fn keepalive_probes_idle_peer_then_times_out() {
+    let cfg = TcpConfig {
+        keepalive: Some(Keepalive {
+            idle: secs(10),
+            interval: secs(1),
+            probes: 3,
+        }),
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg, fast_config());
+    // The SYN-ACK, the last the client heard, took 5 ms.
+    let heard = last_from(&n, 1).at + ms(5);
+    let before = n.log.len();
+    // A live peer answers each probe, which restarts the idle time.
+    n.run_until(heard + secs(25), |_| false);
+    let probes: Vec<Sent> = n.log[before..]
+        .iter()
+        .filter(|s| s.from == 0)
+        .copied()
+        .collect();
+    let answers = n.log[before..].iter().filter(|s| s.from == 1).count();
+    assert_eq!(probes.len(), 2);
+    assert_eq!(answers, 2);
+    assert_eq!(probes[0].at, heard + secs(10));
+    assert_eq!(probes[1].at, heard + secs(20) + ms(10));
+    // SND.NXT − 1: the client has sent only its SYN, at the ISS.
+    assert_eq!(probes[0].seq, n.log[0].seq);
+    assert_eq!(probes[0].len, 0);
+    assert!(n.established());
+    // A dead peer: three probes a second apart, then the connection fails.
+    n.pass = Box::new(|_| false);
+    let heard = heard + secs(20) + ms(10) + ms(10);
+    let before = n.log.len();
+    assert!(n.run_until(heard + secs(60), |n| n.state(0) == TcpState::Closed));
+    let times: Vec<Time> = n.log[before..].iter().map(|s| s.at).collect();
+    assert_eq!(
+        times,
+        [heard + secs(10), heard + secs(11), heard + secs(12)]
+    );
+    assert_eq!(n.now, heard + secs(13));
+    assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+}
+
+/// Data segments end 0 sent: (time, seq, len).
+fn data_from_a(n: &Net) -> Vec<(Time, u32, usize)> {
+    n.log
+        .iter()
+        .filter(|s| s.from == 0 && s.len > 0)
+        .map(|s| (s.at, s.seq, s.len))
+        .collect()
+}
+
+#[test]
+fn slow_start_from_the_initial_window() {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    // Segments of a flight arrive apart, each acknowledged on its own.
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[0].out = pattern(100_000, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100_000));
+    // Flights a round trip (10 ms) apart: 3 segments (RFC 5681 IW for 1460-byte
+    // segments), then each ACK releases two.
+    let data = data_from_a(&n);
+    let t0 = data[0].0;
+    let flights: Vec<usize> = (0..4)
+        .map(|k| {
+            data.iter()
+                .filter(|d| {
+                    d.0.saturating_duration_since(t0) >= ms(10 * k)
+                        && d.0.saturating_duration_since(t0) < ms(10 * (k + 1))
+                })
+                .count()
+        })
+        .collect();
+    assert_eq!(flights, [3, 6, 12, 24]);
+}
+
+/// Drops the first transmission of end 0's data segments with these indices in the
+/// stream, then checks that the transfer needed no timeout: every loss resent
+/// within a second (the RTO floor), and nothing else sent twice.
+fn recover_without_timeout(losses: &'static [u32]) {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    let first = last_from(&n, 0).seq;
+    let mut dropped = Vec::new();
+    n.pass = Box::new(move |s| {
+        let index = s.seq.wrapping_sub(first) / 1460;
+        let drop = s.from == 0 && s.len > 0 && losses.contains(&index) && !dropped.contains(&index);
+        if drop {
+            dropped.push(index);
+        }
+        !drop
+    });
+    n.apps[0].out = pattern(200_000, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(60), |n| n.apps[1].got.len() == 200_000));
+    assert!(n.apps[1].got == n.apps[0].out);
+    let data = data_from_a(&n);
+    assert_eq!(data.len(), 200_000usize.div_ceil(1460) + losses.len());
+    let st = n.conn(0).stats();
+    assert_eq!((st.timeouts, st.retransmitted), (0, losses.len() as u64));
+    assert_eq!(st.fast_retransmits, losses.len() as u64);
+    for &i in losses {
+        let seq = first.wrapping_add(i * 1460);
+        let sent: Vec<Time> = data.iter().filter(|d| d.1 == seq).map(|d| d.0).collect();
+        assert_eq!(sent.len(), 2);
+        assert!(sent[1].saturating_duration_since(sent[0]) < secs(1));
+    }
+}
+
+#[test]
+fn fast_retransmit_repairs_a_loss() {
+    recover_without_timeout(&[10]);
+}
+
+#[test]
+fn newreno_repairs_several_losses_in_one_window() {
+    // 10 and 13 in one window (a partial ACK), 17 just after recovery with a window
+    // too small for three duplicate ACKs but for Limited Transmit.
+    recover_without_timeout(&[10, 13, 17]);
+}
+
+/// Most data bytes end 0 sent within any `span`.
+fn max_sent_within(n: &Net, span: Duration) -> usize {
+    let data = data_from_a(n);
+    (0..data.len())
+        .map(|i| {
+            data[i..]
+                .iter()
+                .take_while(|d| d.0.saturating_duration_since(data[i].0) < span)
+                .map(|d| d.2)
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn window_scaling_opens_windows_past_64k() {
+    let big = TcpConfig {
+        recv_buffer: 1 << 20,
+        ..TcpConfig::default()
+    };
+    let rtt = ms(100);
+    let faults = Faults {
+        delay: rtt / 2,
+        spacing: Duration::from_micros(10),
+        ..Faults::default()
+    };
+    for scaling in [true, false] {
+        let b = TcpConfig {
+            window_scaling: scaling,
+            ..big.clone()
+        };
+        let n = transfer(12, faults, [2_000_000, 0], big.clone(), b);
+        let fields: Vec<u16> = n
+            .log
+            .iter()
+            .filter(|s| s.from == 1)
+            .map(|s| s.window)
+            .collect();
+        let most = max_sent_within(&n, rtt);
+        if scaling {
+            // 1 MiB needs a shift of 5: fields are 32 KiB at most, meaning 1 MiB.
+            assert!(fields[1..].iter().all(|&w| w <= 32768));
+            assert!(most > 200_000, "{most}");
+        } else {
+            assert!(fields.contains(&65535));
+            assert!(most <= 65535, "{most}");
+        }
+    }
+}
+
+#[test]
+fn window_scale_option_negotiation() {
+    let cfg = TcpConfig {
+        recv_buffer: 1 << 20,
+        ..fast_config()
+    };
+    let synack_of = |syn: &TcpRepr| {
+        let mut c = Connection::accept(cfg.clone(), ADDR[1], ADDR[0], SeqNum(9), syn).unwrap();
+        let mut buf = [0; 100];
+        let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
+        let p = TcpPacket::new_checked(buf[..len].to_vec()).unwrap();
+        let ws = p.options_iter().find_map(|o| match o {
+            Ok(exonet_wire::TcpOption::WindowScale(s)) => Some(s),
+            _ => None,
+        });
+        (ws, p.window())
+    };
+    // Offered (a shift of 20 is taken as 14): answered with ours, 5 for 1 MiB, and
+    // the SYN-ACK's own window unscaled.
+    let opts = [3, 3, 20, 0];
+    let syn = TcpRepr {
+        options: &opts,
+        ..forged(0, 1, 0, flags::SYN, &[])
+    };
+    assert_eq!(synack_of(&syn), (Some(5), 65535));
+    // Not offered: not answered.
+    assert_eq!(synack_of(&forged(0, 1, 0, flags::SYN, &[])), (None, 65535));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Blind injection (RFC 5961): forged segments with guessed sequence numbers,
+    /// any control bits and ACK numbers from outside the acceptable range, sprayed
+    /// at both ends during a transfer, damage nothing and stop nothing.
+    #[test]
+    fn blind_injection_changes_nothing(seed: u64, forgeries in 50usize..400) {
+        let mut n = Net::client_server(seed, quiet(), fast_config(), fast_config());
+        for (i, app) in n.apps.iter_mut().enumerate() {
+            app.out = pattern(100_000, i as u8);
+            app.close_when_written = true;
+            app.read = true;
+        }
+        assert!(n.run_until(at(secs(1)), |n| n.ends[1].is_some()
+            && n.state(0) != TcpState::SynSent
+            && n.state(1) != TcpState::SynReceived));
+        let mut rng = SplitMix64::new(seed ^ 0xdead);
+        for _ in 0..forgeries {
+            n.step();
+            let to = rng.below(2) as usize;
+            let Some(c) = n.ends[to].as_ref() else { continue };
+            if c.state() == TcpState::Closed {
+                continue;
+            }
+            // The victim's SND.NXT as its peer last heard it: a forged ACK half the
+            // sequence space away is never acceptable.
+            let snd = last_from(&n, to).seq;
+            let ack = snd.wrapping_add(0x8000_0000);
+            let f = rng.pick(&[
+                flags::RST,
+                flags::RST | flags::ACK,
+                flags::SYN,
+                flags::SYN | flags::ACK,
+                flags::ACK,
+                flags::ACK | flags::PSH,
+                flags::FIN | flags::ACK,
+                flags::FIN,
+                0,
+            ]);
+            let payload = if rng.chance(0.5) { &b"forged data"[..] } else { &[][..] };
+            let seq = rng.next_u64() as u32;
+            let r = forged(1 - to, seq, ack, f, payload);
+            n.inject(to, &r);
+        }
+        let limit = n.now + secs(600);
+        assert!(n.run_until(limit, Net::both_closed));
+        for i in 0..2 {
+            prop_assert_eq!(n.conn(i).error(), None);
+            prop_assert!(n.apps[1 - i].got == n.apps[i].out);
+        }
+        // The forgeries were seen, and answered within the limit.
+        let challenged: u64 = (0..2).map(|i| n.conn(i).stats().challenge_acks).sum();
+        prop_assert!(challenged > 0);
+    }
+}
+
+#[test]
+fn urgent_data_is_delivered_inline() {
+    // RFC 9293 §3.8.5 (and RFC 6093): urgent data is tolerated and, as with
+    // SO_OOBINLINE, read in sequence with the rest.
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    let r = TcpRepr {
+        urgent_ptr: 3,
+        ..forged(
+            0,
+            rcv_nxt,
+            snd_nxt,
+            flags::ACK | flags::URG | flags::PSH,
+            b"urgent!",
+        )
+    };
+    let reply = answer(&mut n, 1, &r);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].ack, rcv_nxt.wrapping_add(7));
+    let mut buf = [0; 16];
+    assert_eq!(n.conn_mut(1).recv(&mut buf), 7);
+    assert_eq!(&buf[..7], b"urgent!");
+}
