@@ -88,15 +88,21 @@ fn transient(e: &std::io::Error) -> bool {
 impl Datagrams for ExonetSocket {
     fn send(&mut self, buf: &[u8]) -> Result<(), Fail> {
         // A refusal is reported once, by the call after the ICMP error came;
-        // the datagram itself was not sent.
-        for _ in 0..2 {
+        // the datagram itself was not sent. A peer still starting may not
+        // answer ARP yet (in process, its multiplexer runs only once its
+        // socket waits).
+        for _ in 0..4 {
             match self.sock.send(buf) {
                 Ok(_) => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::ConnectionRefused | ErrorKind::HostUnreachable
+                    ) => {}
                 Err(e) => return Err(error("send")(e)),
             }
         }
-        Err(Fail::Error("send: refused twice".into()))
+        Err(Fail::Error("send: refused or unresolved four times".into()))
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Fail> {
