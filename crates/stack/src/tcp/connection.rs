@@ -27,8 +27,15 @@ const MAX_WSCALE: u8 = 14;
 const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header, MSS, NOP and window scale options.
-const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 8;
+/// Header room for a SYN: the header, MSS, NOP and window scale, two NOPs and
+/// timestamps options.
+const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 20;
+/// Option bytes on every segment once timestamps are agreed: two NOPs and the
+/// option (RFC 7323 Appendix A's layout).
+const TS_OPTION_LEN: usize = 12;
+/// RFC 7323 §5.5: TS.Recent becomes invalid after 24 days without an update, the
+/// shortest time in which a 1 ms timestamp clock can move 2^31.
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
 /// Settings of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +50,9 @@ pub struct TcpConfig {
     pub recv_buffer: usize,
     /// Offer window scaling (RFC 7323 §2) in our SYN, or accept a peer's offer.
     pub window_scaling: bool,
+    /// Offer timestamps (RFC 7323 §3) in our SYN, or accept a peer's offer: RTT
+    /// samples from every ACK of new data (§4) and PAWS (§5).
+    pub timestamps: bool,
     /// RTO before any RTT sample (RFC 6298 §2.1: 1 s).
     pub initial_rto: Duration,
     /// Lower bound of the RTO (RFC 6298 §2.4: 1 s; lower on low-latency links and in
@@ -107,6 +117,7 @@ impl Default for TcpConfig {
             send_buffer: 256 * 1024,
             recv_buffer: MAX_WINDOW,
             window_scaling: true,
+            timestamps: true,
             initial_rto: Duration::from_secs(1),
             min_rto: Duration::from_secs(1),
             max_rto: Duration::from_secs(60),
@@ -175,6 +186,10 @@ pub struct TcpStats {
     pub challenge_acks: u64,
     /// See `challenge_acks`.
     pub challenge_acks_suppressed: u64,
+    /// Segments dropped by PAWS (RFC 7323 §5.3 R1): a timestamp older than TS.Recent.
+    pub paws_rejected: u64,
+    /// RTT samples taken from timestamp echoes (RFC 7323 §4).
+    pub ts_rtt_samples: u64,
 }
 
 /// The fields of a received segment the state machine reads.
@@ -184,6 +199,8 @@ struct Segment<'a> {
     ack: SeqNum,
     flags: u8,
     window: u16,
+    /// The timestamps option as (TSval, TSecr), if the segment carried one.
+    ts: Option<(u32, u32)>,
     payload: &'a [u8],
 }
 
@@ -215,6 +232,7 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
             ack: SeqNum(0),
             flags: seg.flags,
             window: 0,
+            ts: None,
             payload: seg.payload,
         };
         (0, (s.seq + s.len()).0, flags::RST | flags::ACK)
@@ -240,6 +258,22 @@ fn wscale_option(seg: &TcpRepr) -> Option<u8> {
             TcpOption::WindowScale(s) => Some(s),
             _ => None,
         })
+}
+
+/// A segment's timestamps option as (TSval, TSecr), if well-formed.
+fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .find_map(|o| match o {
+            TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+            _ => None,
+        })
+}
+
+/// `a` is before `b` on the 32-bit timestamp circle (RFC 7323 §5.2, as sequence
+/// numbers compare).
+fn ts_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// The peer's MSS option, if its SYN carried a well-formed one.
@@ -292,6 +326,21 @@ pub struct Connection {
     rcv_wscale: u8,
     /// Both SYNs carry the window scale option.
     wscale_agreed: bool,
+
+    // Timestamps (RFC 7323 §3–§5).
+    /// Both SYNs carry the timestamps option: every segment but a RST carries one.
+    ts_ok: bool,
+    /// Added to the millisecond clock to make our TSvals (RFC 7323 §5.4: a random
+    /// offset per connection keeps them from leaking uptime or linking connections).
+    ts_offset: u32,
+    /// TS.Recent: the TSval to echo (RFC 7323 §4.3).
+    ts_recent: u32,
+    /// When TS.Recent was last set, for its 24-day validity (RFC 7323 §5.5); `None`
+    /// until then.
+    ts_recent_age: Option<Time>,
+    /// Last.ACK.sent: the acknowledgment number of our latest segment (RFC 7323
+    /// §4.3).
+    last_ack_sent: SeqNum,
 
     // Receive sequence variables.
     irs: SeqNum,
@@ -380,6 +429,11 @@ impl Connection {
             snd_wscale: 0,
             rcv_wscale: 0,
             wscale_agreed: false,
+            ts_ok: false,
+            ts_offset: 0,
+            ts_recent: 0,
+            ts_recent_age: None,
+            last_ack_sent: SeqNum(0),
             irs: SeqNum(0),
             rcv_nxt: SeqNum(0),
             rcv_adv: SeqNum(0),
@@ -445,11 +499,49 @@ impl Connection {
         Some(c)
     }
 
+    /// Sets the offset added to the millisecond clock for our timestamps (RFC 7323
+    /// §5.4); call before the first [`Connection::poll_transmit`]. It should be
+    /// random per connection, e.g. [`super::timestamp_offset`]; 0 without this call.
+    pub fn with_timestamp_offset(mut self, offset: u32) -> Self {
+        self.ts_offset = offset;
+        self
+    }
+
+    /// Both SYNs carried the timestamps option (RFC 7323 §3.2).
+    pub fn timestamps(&self) -> bool {
+        self.ts_ok
+    }
+
+    /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
+    /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
+    fn ts_now(&self, now: Time) -> u32 {
+        ((now.as_nanos() / 1_000_000) as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// TS.Recent is younger than 24 days (RFC 7323 §5.5); valid until first set.
+    fn ts_recent_valid(&self, now: Time) -> bool {
+        self.ts_recent_age
+            .is_none_or(|t| now.saturating_duration_since(t) <= PAWS_IDLE)
+    }
+
+    /// RFC 7323 §4.3 (2) and §5.3 R3: the TSval of a segment that covers
+    /// Last.ACK.sent becomes TS.Recent unless older. Once TS.Recent is invalid (§5.5)
+    /// any such TSval replaces it, as Linux does.
+    fn update_ts_recent(&mut self, seg: &Segment, now: Time) {
+        let Some((tsval, _)) = seg.ts else { return };
+        let newer = !ts_before(tsval, self.ts_recent) || !self.ts_recent_valid(now);
+        if seg.seq <= self.last_ack_sent && newer {
+            self.ts_recent = tsval;
+            self.ts_recent_age = Some(now);
+        }
+    }
+
     /// Initializes the receive side and the peer's window and MSS from its SYN.
     fn take_syn(&mut self, syn: &TcpRepr) {
         self.irs = SeqNum(syn.seq_number);
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
+        self.last_ack_sent = self.rcv_nxt;
         self.snd_wnd = u32::from(syn.window);
         self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = self.irs;
@@ -460,8 +552,19 @@ impl Connection {
             self.rcv_wscale = self.our_wscale();
             self.wscale_agreed = true;
         }
+        if let (Some((tsval, _)), true) = (ts_option(syn), self.config.timestamps) {
+            // RFC 7323 §3.2, §4.3: both SYNs carry the option; echo the peer's.
+            self.ts_ok = true;
+            self.ts_recent = tsval;
+        }
         let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
-        self.send_mss = usize::from(peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS)));
+        let mut mss = peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS));
+        if self.ts_ok {
+            // RFC 9293 §3.7.1 (RFC 6691): the MSS excludes options, so the
+            // timestamps on every segment come out of the data.
+            mss = mss.saturating_sub(TS_OPTION_LEN as u16).max(MIN_MSS);
+        }
+        self.send_mss = usize::from(mss);
         self.cc = NewReno::new(self.send_mss as u32);
     }
 
@@ -718,6 +821,8 @@ impl Connection {
             ack: SeqNum(repr.ack_number),
             flags: repr.flags,
             window: repr.window,
+            // RFC 7323 §3.2: a TSopt is ignored unless both SYNs carried one.
+            ts: if self.ts_ok { ts_option(repr) } else { None },
             payload: repr.payload,
         };
         match self.state {
@@ -750,9 +855,14 @@ impl Connection {
         }
         self.take_syn(repr);
         self.last_heard = now;
+        if self.ts_ok {
+            self.ts_recent_age = Some(now);
+        }
         if ack_ok {
             self.state = TcpState::Established;
-            self.ack_advance(seg.ack, now);
+            // The SYN-ACK's TSecr echoes the SYN copy it answers (RFC 7323 §4.1).
+            let tsecr = if self.ts_ok { ts_option(repr) } else { None };
+            self.ack_advance(seg.ack, now, tsecr.map(|t| t.1));
             self.after_handshake();
             self.ack_now = true;
         } else {
@@ -776,6 +886,23 @@ impl Connection {
 
     /// RFC 9293 §3.10.7.4, for SYN-RECEIVED and the synchronized states.
     fn on_synchronized(&mut self, mut seg: Segment, now: Time) {
+        // RFC 7323 §5.3 R1, PAWS, before the sequence number check: a TSval older
+        // than a valid TS.Recent marks an old duplicate (of a previous incarnation or
+        // from a wrapped sequence space), dropped and answered with an ACK. RSTs are
+        // exempt (§5.3, last paragraph), lest a stale TS.Recent block them.
+        if let Some((tsval, _)) = seg.ts {
+            if !seg.has(flags::RST) && ts_before(tsval, self.ts_recent) && self.ts_recent_valid(now)
+            {
+                self.stats.paws_rejected += 1;
+                if seg.len() == 0 {
+                    // Bare ACKs under the RFC 5961 §7 limit, as out-of-window ones.
+                    self.challenge_ack(now);
+                } else {
+                    self.ack_now = true;
+                }
+                return;
+            }
+        }
         if self.state == TcpState::SynReceived && seg.has(flags::SYN) && seg.seq == self.irs {
             if seg.has(flags::ACK) {
                 // Simultaneous open: the peer's SYN-ACK. Its SYN we know; its ACK
@@ -784,7 +911,9 @@ impl Connection {
                 seg.seq = seg.seq + 1;
                 seg.flags &= !flags::SYN;
             } else if !seg.has(flags::RST) {
-                // The peer's SYN again: our SYN-ACK was lost.
+                // The peer's SYN again: our SYN-ACK was lost. Echo this copy's
+                // TSval, so the peer's RTT sample starts at this SYN.
+                self.update_ts_recent(&seg, now);
                 self.snd_nxt = self.iss;
                 return;
             }
@@ -875,11 +1004,14 @@ impl Connection {
             self.challenge_ack(now);
             return;
         }
+        // RFC 7323 §5.3 R3, here rather than right after the sequence check so that
+        // only segments passing the RST, SYN and ACK checks move TS.Recent.
+        self.update_ts_recent(&seg, now);
         if !handshake {
             self.congestion_on_ack(&seg);
         }
         if seg.ack > self.snd_una {
-            self.ack_advance(seg.ack, now);
+            self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
         }
         // SND.UNA =< SEG.ACK here; update the window from the newest segment only.
         if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
@@ -1047,13 +1179,28 @@ impl Connection {
     }
 
     /// New data acknowledged: SND.UNA < SEG.ACK =< SND.MAX.
-    fn ack_advance(&mut self, ack: SeqNum, now: Time) {
+    fn ack_advance(&mut self, ack: SeqNum, now: Time, tsecr: Option<u32>) {
+        let flight = self.snd_max.distance_from(self.snd_una);
         self.snd_una = ack;
         let acked = (ack.distance_from(self.send_base) as usize).min(self.send_buf.len());
         self.send_buf.drain(..acked);
         self.send_base = self.send_base + acked as u32;
         self.snd_nxt = self.snd_nxt.max(self.snd_una);
-        if let Some((end, sent)) = self.rtt_sample {
+        // RFC 7323 §4.1: with timestamps every ACK of new data is a sample, even of a
+        // retransmitted segment, since the echo names the copy that arrived (Karn's
+        // ambiguity is gone). A TSecr ahead of our clock is no echo of ours.
+        let ts_rtt = tsecr
+            .filter(|_| self.ts_ok)
+            .map(|e| self.ts_now(now).wrapping_sub(e))
+            .filter(|&d| d as i32 >= 0);
+        if let Some(d) = ts_rtt {
+            // RFC 7323 §4.2: ExpectedSamples = ceil(FlightSize / (SMSS × 2)).
+            let expected = flight.div_ceil(2 * self.send_mss as u32);
+            self.rtt
+                .sample_weighted(Duration::from_millis(u64::from(d)), expected);
+            self.stats.ts_rtt_samples += 1;
+            self.rtt_sample = None;
+        } else if let Some((end, sent)) = self.rtt_sample {
             if ack >= end {
                 self.rtt.sample(now.saturating_duration_since(sent));
                 self.rtt_sample = None;
@@ -1103,7 +1250,7 @@ impl Connection {
             return None;
         }
         if let Some(seq) = self.rst_pending.take() {
-            return Some(self.emit(buf, seq, flags::RST, &[], 0..0));
+            return Some(self.emit(buf, now, seq, flags::RST, 0..0));
         }
         match self.state {
             TcpState::Closed => None,
@@ -1113,22 +1260,7 @@ impl Connection {
                 } else {
                     flags::SYN | flags::ACK
                 };
-                // The window scale option goes in our SYN if we offer scaling, and in a
-                // SYN-ACK only if the peer's SYN offered it (RFC 7323 §2.2).
-                let offer = if self.state == TcpState::SynSent {
-                    self.config.window_scaling
-                } else {
-                    self.wscale_agreed
-                };
-                let options = [
-                    TcpOption::Mss(self.config.mss),
-                    TcpOption::NoOp,
-                    TcpOption::WindowScale(self.our_wscale()),
-                ];
-                let count = if offer { 3 } else { 1 };
-                let mut opts = [0; 8];
-                let n = write_options(&options[..count], &mut opts).expect("the options fit");
-                let len = self.emit(buf, self.iss, f, &opts[..n], 0..0);
+                let len = self.emit(buf, now, self.iss, f, 0..0);
                 self.sent(now, 1);
                 Some(len)
             }
@@ -1138,12 +1270,12 @@ impl Connection {
     }
 
     fn transmit_synchronized(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
-        let room = buf.len() - MIN_HEADER_LEN;
+        let room = buf.len() - MIN_HEADER_LEN - if self.ts_ok { TS_OPTION_LEN } else { 0 };
         if self.dup_acks_owed > 1 {
             // All but the last; the last goes as the pending ACK below, or rides on
             // data.
             self.dup_acks_owed -= 1;
-            let n = self.emit(buf, self.snd_max, flags::ACK, &[], 0..0);
+            let n = self.emit(buf, now, self.snd_max, flags::ACK, 0..0);
             self.ack_now = true;
             return Some(n);
         }
@@ -1151,7 +1283,7 @@ impl Connection {
         if self.state != TcpState::SynReceived {
             if self.rexmit_pending {
                 self.rexmit_pending = false;
-                if let Some(n) = self.fast_retransmit(buf, room) {
+                if let Some(n) = self.fast_retransmit(buf, now, room) {
                     return Some(n);
                 }
             }
@@ -1164,7 +1296,7 @@ impl Connection {
                 if len > 0 && offset + len == self.send_buf.len() {
                     f |= flags::PSH;
                 }
-                let n = self.emit(buf, self.snd_nxt, f, &[], offset..offset + len);
+                let n = self.emit(buf, now, self.snd_nxt, f, offset..offset + len);
                 self.sent(now, len as u32 + u32::from(fin));
                 return Some(n);
             }
@@ -1181,20 +1313,20 @@ impl Connection {
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
             // so a live peer answers with an ACK.
             self.keepalive_pending = false;
-            return Some(self.emit(buf, self.snd_max - 1, flags::ACK, &[], 0..0));
+            return Some(self.emit(buf, now, self.snd_max - 1, flags::ACK, 0..0));
         }
         if self.ack_now {
             // At SND.MAX, not SND.NXT: while going back after a timeout SND.NXT lies
             // below what the peer has, and an ACK there would be unacceptable to it
             // and answered with another ACK (as BSD does).
-            return Some(self.emit(buf, self.snd_max, flags::ACK, &[], 0..0));
+            return Some(self.emit(buf, now, self.snd_max, flags::ACK, 0..0));
         }
         None
     }
 
     /// Sends the segment at SND.UNA again, leaving SND.NXT where it is (RFC 5681
     /// §3.2 step 3, RFC 6582 §3.2 step 5).
-    fn fast_retransmit(&mut self, buf: &mut [u8], room: usize) -> Option<usize> {
+    fn fast_retransmit(&mut self, buf: &mut [u8], now: Time, room: usize) -> Option<usize> {
         if self.snd_nxt <= self.snd_una {
             // Going back after a timeout sends it anyway.
             return None;
@@ -1218,7 +1350,7 @@ impl Connection {
         self.rtt_sample = None;
         self.stats.retransmitted += 1;
         self.stats.fast_retransmits += 1;
-        Some(self.emit(buf, self.snd_una, f, &[], offset..offset + len))
+        Some(self.emit(buf, now, self.snd_una, f, offset..offset + len))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
@@ -1279,7 +1411,8 @@ impl Connection {
         self.snd_nxt = self.snd_nxt + len;
         if self.snd_nxt > self.snd_max {
             self.snd_max = self.snd_nxt;
-            if self.rtt_sample.is_none() {
+            // With timestamps the echoes time every segment.
+            if self.rtt_sample.is_none() && !self.ts_ok {
                 self.rtt_sample = Some((self.snd_nxt, now));
             }
         }
@@ -1290,16 +1423,65 @@ impl Connection {
         }
     }
 
+    /// The options of a segment with flags `f`, written into `buf`; returns their
+    /// length.
+    fn write_segment_options(&self, f: u8, now: Time, buf: &mut [u8]) -> usize {
+        let ts = TcpOption::Timestamps {
+            tsval: self.ts_now(now),
+            // RFC 7323 §3.2: TSecr is 0 unless ACK is set.
+            tsecr: if f & flags::ACK != 0 {
+                self.ts_recent
+            } else {
+                0
+            },
+        };
+        let mut list = [TcpOption::NoOp; 6];
+        let mut count = 0;
+        let mut push = |o| {
+            list[count] = o;
+            count += 1;
+        };
+        if f & flags::SYN != 0 {
+            // Window scale and timestamps go in our SYN if we offer them, and in a
+            // SYN-ACK only if the peer's SYN offered them (RFC 7323 §2.2, §3.2).
+            let (wscale, timestamps) = if self.state == TcpState::SynSent {
+                (self.config.window_scaling, self.config.timestamps)
+            } else {
+                (self.wscale_agreed, self.ts_ok)
+            };
+            push(TcpOption::Mss(self.config.mss));
+            if wscale {
+                push(TcpOption::NoOp);
+                push(TcpOption::WindowScale(self.our_wscale()));
+            }
+            if timestamps {
+                push(TcpOption::NoOp);
+                push(TcpOption::NoOp);
+                push(ts);
+            }
+        } else if self.ts_ok && f & flags::RST == 0 {
+            // RFC 7323 §3.2: once agreed, on every segment but a RST (where it MAY
+            // go; Linux leaves it out too).
+            push(TcpOption::NoOp);
+            push(TcpOption::NoOp);
+            push(ts);
+        }
+        write_options(&list[..count], buf).expect("the options fit")
+    }
+
     /// Writes one segment; every segment but a SYN and a RST acknowledges RCV.NXT,
     /// which answers any pending ACK.
     fn emit(
         &mut self,
         buf: &mut [u8],
+        now: Time,
         seq: SeqNum,
         f: u8,
-        options: &[u8],
         data: std::ops::Range<usize>,
     ) -> usize {
+        let mut opts = [0; SYN_HEADER_LEN - MIN_HEADER_LEN];
+        let n = self.write_segment_options(f, now, &mut opts);
+        let options = &opts[..n];
         let ack = f & flags::ACK != 0;
         let window = if ack {
             self.advertise_window(f & flags::SYN != 0)
@@ -1310,6 +1492,7 @@ impl Connection {
             self.ack_now = false;
             self.ack_deadline = None;
             self.unacked_segments = 0;
+            self.last_ack_sent = self.rcv_nxt;
         }
         let repr = TcpRepr {
             src_port: self.local.port(),

@@ -29,6 +29,20 @@ pub fn initial_sequence_number(
     SeqNum(m.wrapping_add(siphash24(key, &msg) as u32))
 }
 
+/// A random offset for a connection's timestamp clock (RFC 7323 §5.4, for
+/// [`super::Connection::with_timestamp_offset`]): the same keyed function as the ISN's,
+/// over the 4-tuple and a distinct tag, so that TSvals leak neither the host's uptime
+/// nor the ISN.
+pub fn timestamp_offset(key: &[u8; 16], local: SocketAddrV4, remote: SocketAddrV4) -> u32 {
+    let mut msg = [0u8; 15];
+    msg[..4].copy_from_slice(&local.ip().octets());
+    msg[4..6].copy_from_slice(&local.port().to_be_bytes());
+    msg[6..10].copy_from_slice(&remote.ip().octets());
+    msg[10..12].copy_from_slice(&remote.port().to_be_bytes());
+    msg[12..].copy_from_slice(b"tsc");
+    (siphash24(key, &msg) >> 32) as u32
+}
+
 /// SipHash-2-4 (Aumasson and Bernstein, 2012).
 fn siphash24(key: &[u8; 16], msg: &[u8]) -> u64 {
     let k0 = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));

@@ -26,5 +26,5 @@ mod tests;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };
-pub use isn::initial_sequence_number;
+pub use isn::{initial_sequence_number, timestamp_offset};
 pub use seq::SeqNum;

@@ -52,17 +52,26 @@ impl RttEstimator {
     /// RFC 6298 §3) and clears the backoff (RFC 6298 §5.7's note: the backed-off RTO
     /// holds until such a sample arrives).
     pub(crate) fn sample(&mut self, r: Duration) {
+        self.sample_weighted(r, 1);
+    }
+
+    /// Takes one of `expected` samples per RTT, as timestamps give one per ACK of new
+    /// data: RFC 7323 §4.2 divides alpha and beta by ExpectedSamples, so that a
+    /// window's worth of samples moves the estimate as much as RFC 6298's one per RTT
+    /// would. `expected` = 1 is plain RFC 6298 §2.3.
+    pub(crate) fn sample_weighted(&mut self, r: Duration, expected: u32) {
+        let n = expected.max(1);
         match self.srtt {
             // RFC 6298 §2.2.
             None => {
                 self.srtt = Some(r);
                 self.rttvar = r / 2;
             }
-            // RFC 6298 §2.3, with alpha = 1/8 and beta = 1/4.
+            // RFC 6298 §2.3, with alpha = 1/8 and beta = 1/4 (over n, RFC 7323 §4.2).
             Some(srtt) => {
                 let err = srtt.abs_diff(r);
-                self.rttvar = self.rttvar * 3 / 4 + err / 4;
-                self.srtt = Some(srtt * 7 / 8 + r / 8);
+                self.rttvar = self.rttvar - self.rttvar / (4 * n) + err / (4 * n);
+                self.srtt = Some(srtt - srtt / (8 * n) + r / (8 * n));
             }
         }
         self.rto = self.srtt.unwrap_or(r) + GRANULARITY.max(self.rttvar * 4);
@@ -120,5 +129,17 @@ mod tests {
         e.back_off();
         e.reinitialize(ms(3000));
         assert_eq!(e.rto(), ms(3000));
+    }
+
+    #[test]
+    fn rfc7323_weighted_samples() {
+        let mut e = RttEstimator::new(ms(1000), ms(10), ms(60_000));
+        e.sample_weighted(ms(100), 4);
+        assert_eq!(e.srtt(), Some(ms(100)));
+        // alpha' = 1/32, beta' = 1/16: SRTT = 100 + (200 − 100) / 32 = 103.125,
+        // RTTVAR = 50 + (100 − 50) / 16 = 53.125.
+        e.sample_weighted(ms(200), 4);
+        assert_eq!(e.srtt(), Some(Duration::from_micros(103_125)));
+        assert_eq!(e.rto(), Duration::from_micros(103_125 + 4 * 53_125));
     }
 }

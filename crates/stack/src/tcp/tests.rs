@@ -414,8 +414,10 @@ fn transfer_both_ways_and_clean_close() {
     let (syn, synack) = (n.log[0], n.log[1]);
     assert!(syn.has(flags::SYN) && !syn.has(flags::ACK) && syn.from == 0);
     assert!(synack.has(flags::SYN | flags::ACK) && synack.ack == syn.seq.wrapping_add(1));
-    assert!(n.log.iter().filter(|s| s.len > 0).all(|s| s.len <= 1460));
-    assert_eq!(n.conn(0).send_mss(), 1460);
+    assert!(n.log.iter().filter(|s| s.len > 0).all(|s| s.len <= 1448));
+    // 1460 less the 12 bytes of timestamps on every segment (RFC 6691).
+    assert_eq!(n.conn(0).send_mss(), 1448);
+    assert!(n.conn(0).timestamps() && n.conn(1).timestamps());
     // Nothing was lost, so nothing was sent twice.
     let data: Vec<_> = n.log.iter().filter(|s| s.len > 0).collect();
     let mut seqs: Vec<_> = data.iter().map(|s| (s.from, s.seq)).collect();
@@ -834,8 +836,9 @@ fn mss_option_and_clamping() {
         ..fast_config()
     };
     let n = transfer(6, quiet(), [30_000, 30_000], small, fast_config());
-    assert_eq!((n.conn(0).send_mss(), n.conn(1).send_mss()), (1000, 1000));
-    assert_eq!(n.log.iter().map(|s| s.len).max(), Some(1000));
+    // The smaller MSS less the timestamps option.
+    assert_eq!((n.conn(0).send_mss(), n.conn(1).send_mss()), (988, 988));
+    assert_eq!(n.log.iter().map(|s| s.len).max(), Some(988));
     // No option: 536 (RFC 9293 §3.7.1); a tiny one is raised to the floor.
     let syn = forged(0, 1, 0, flags::SYN, &[]);
     let c = Connection::accept(fast_config(), ADDR[1], ADDR[0], SeqNum(9), &syn).unwrap();
@@ -881,7 +884,8 @@ fn delayed_ack() {
     let ack = last_from(&n, 1);
     assert_eq!(ack.at, data.at + ms(5) + ms(100));
     // Two full segments: the second is acknowledged at once.
-    n.apps[0].out.extend(pattern(2920, 1));
+    let mss = n.conn(0).send_mss();
+    n.apps[0].out.extend(pattern(2 * mss, 1));
     let before = n.log.len();
     n.step();
     n.run_until(n.now + secs(1), |n| {
@@ -889,7 +893,7 @@ fn delayed_ack() {
     });
     let sent: Vec<_> = n.log[before..].to_vec();
     assert_eq!(
-        sent.iter().filter(|s| s.from == 0 && s.len == 1460).count(),
+        sent.iter().filter(|s| s.from == 0 && s.len == mss).count(),
         2
     );
     let acks: Vec<_> = sent.iter().filter(|s| s.from == 1).collect();
@@ -977,7 +981,9 @@ fn lost_syn_ack_is_sent_again_and_rto_restarts_at_3s() {
     assert_eq!(n.now, at(ms(1015)));
     // RFC 6298 §5.7: the client retransmitted its SYN, so its RTO is 3 s.
     assert_eq!(n.conn(0).rto(), secs(3));
-    assert_eq!(n.conn(0).srtt(), None);
+    // The SYN-ACK echoes the second SYN's timestamp (the server took it as covering
+    // Last.ACK.sent), so the client measured the true 10 ms, not 1010 ms.
+    assert_eq!(n.conn(0).srtt(), Some(ms(10)));
     // RFC 5681 §3.1: and its initial window is one segment.
     n.apps[0].out = pattern(10_000, 0);
     n.run_until(n.now + secs(1), |n| n.apps[1].got.len() == 10_000);
@@ -987,7 +993,13 @@ fn lost_syn_ack_is_sent_again_and_rto_restarts_at_3s() {
 
 #[test]
 fn karn_takes_no_sample_from_retransmitted_data() {
-    let mut n = established_pair(fast_config(), fast_config());
+    // Without timestamps: with them, every ACK is a sample (see
+    // `timestamps_time_retransmitted_segments`).
+    let cfg = TcpConfig {
+        timestamps: false,
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
     let srtt = n.conn(0).srtt();
     let mut dropped = false;
     n.pass = Box::new(move |s| {
@@ -1204,9 +1216,10 @@ fn slow_start_from_the_initial_window() {
 fn recover_without_timeout(losses: &'static [u32]) {
     let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
     let first = last_from(&n, 0).seq;
+    let mss = n.conn(0).send_mss() as u32;
     let mut dropped = Vec::new();
     n.pass = Box::new(move |s| {
-        let index = s.seq.wrapping_sub(first) / 1460;
+        let index = s.seq.wrapping_sub(first) / mss;
         let drop = s.from == 0 && s.len > 0 && losses.contains(&index) && !dropped.contains(&index);
         if drop {
             dropped.push(index);
@@ -1218,12 +1231,15 @@ fn recover_without_timeout(losses: &'static [u32]) {
     assert!(n.run_until(n.now + secs(60), |n| n.apps[1].got.len() == 200_000));
     assert!(n.apps[1].got == n.apps[0].out);
     let data = data_from_a(&n);
-    assert_eq!(data.len(), 200_000usize.div_ceil(1460) + losses.len());
+    assert_eq!(
+        data.len(),
+        200_000usize.div_ceil(mss as usize) + losses.len()
+    );
     let st = n.conn(0).stats();
     assert_eq!((st.timeouts, st.retransmitted), (0, losses.len() as u64));
     assert_eq!(st.fast_retransmits, losses.len() as u64);
     for &i in losses {
-        let seq = first.wrapping_add(i * 1460);
+        let seq = first.wrapping_add(i * mss);
         let sent: Vec<Time> = data.iter().filter(|d| d.1 == seq).map(|d| d.0).collect();
         assert_eq!(sent.len(), 2);
         assert!(sent[1].saturating_duration_since(sent[0]) < secs(1));
