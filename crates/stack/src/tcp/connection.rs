@@ -1516,3 +1516,19 @@ impl Connection {
         repr.buffer_len()
     }
 }
+
+#[cfg(test)]
+mod ts_tests {
+    use super::ts_before;
+
+    #[test]
+    fn timestamps_compare_modulo_2_32() {
+        assert!(ts_before(1, 2));
+        assert!(!ts_before(2, 2) && !ts_before(3, 2));
+        // Across the wrap: 0xffff_fff0 is 21 ticks before 5.
+        assert!(ts_before(0xffff_fff0, 5));
+        assert!(!ts_before(5, 0xffff_fff0));
+        // Up to 2^31 − 1 ahead counts as later.
+        assert!(ts_before(0, 0x7fff_ffff) && !ts_before(0, 0x8000_0001));
+    }
+}

@@ -7,11 +7,18 @@
 //! simultaneous open and close, half-close, RST and SYN handling hardened per
 //! RFC 5961 §3–§5 with the ACK limit of §7, ISNs per RFC 6528
 //! ([`initial_sequence_number`]), the MSS option, window scaling (RFC 7323 §2),
-//! retransmission with the RFC 6298 timer, zero-window probing, keep-alive, delayed
-//! ACKs and Nagle's algorithm (all switchable), and congestion control: RFC 5681
-//! slow start and congestion avoidance, fast retransmit with NewReno recovery
-//! (RFC 6582) and Limited Transmit (RFC 3042). Not yet: timestamps (RFC 7323
-//! §3–§5), SACK (RFC 2018), CUBIC, and the sockets over the multiplexer.
+//! timestamps (RFC 7323 §3–§5: negotiated on the SYNs, TS.Recent echoed per §4.3,
+//! an RTT sample from every ACK of new data with §4.2's alpha and beta divided by
+//! the samples expected per window, PAWS with §5.5's 24-day expiry of TS.Recent; the
+//! clock is the caller's `now` in milliseconds plus a per-connection offset,
+//! [`timestamp_offset`]), retransmission with the RFC 6298 timer, zero-window
+//! probing, keep-alive, delayed ACKs and Nagle's algorithm (all switchable), and
+//! congestion control: RFC 5681 slow start and congestion avoidance, fast
+//! retransmit with NewReno recovery (RFC 6582) and Limited Transmit (RFC 3042).
+//! Not yet: SACK (RFC 2018), CUBIC, and the sockets over the multiplexer. Of RFC
+//! 7323, a non-RST segment without timestamps on a connection that agreed to them
+//! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
+//! carries no timestamps (§3.2 allows either).
 
 mod cc;
 mod connection;

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use exonet_wire::rng::SplitMix64;
-use exonet_wire::tcp::flags;
+use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter};
 use exonet_wire::{TcpPacket, TcpRepr};
 use proptest::prelude::*;
 
@@ -56,6 +56,8 @@ struct Sent {
     flags: u8,
     window: u16,
     len: usize,
+    /// The timestamps option as (TSval, TSecr).
+    ts: Option<(u32, u32)>,
 }
 
 impl Sent {
@@ -126,7 +128,9 @@ impl Net {
     fn client_server(seed: u64, faults: Faults, a: TcpConfig, b: TcpConfig) -> Net {
         let mut n = Net::new(seed, faults);
         let iss = initial_sequence_number(&KEY, ADDR[0], ADDR[1], n.now);
-        n.ends[0] = Some(Connection::connect(a, ADDR[0], ADDR[1], iss));
+        let offset = timestamp_offset(&KEY, ADDR[0], ADDR[1]);
+        n.ends[0] =
+            Some(Connection::connect(a, ADDR[0], ADDR[1], iss).with_timestamp_offset(offset));
         n.listener = Some(b);
         n
     }
@@ -226,6 +230,18 @@ impl Net {
             _ => None,
         });
         assert_eq!(mss.is_some(), h.syn);
+        // Timestamps as we and etherparse read them.
+        let ts = TcpOptionIter::new(r.options)
+            .map(Result::unwrap)
+            .find_map(|o| match o {
+                TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+                _ => None,
+            });
+        let ep_ts = h.options_iterator().find_map(|o| match o {
+            Ok(etherparse::TcpOptionElement::Timestamp(v, e)) => Some((v, e)),
+            _ => None,
+        });
+        assert_eq!(ts, ep_ts);
         let sent = Sent {
             at: self.now,
             from,
@@ -234,6 +250,7 @@ impl Net {
             flags: r.flags,
             window: r.window,
             len: r.payload.len(),
+            ts,
         };
         self.log.push(sent);
         if !(self.pass)(&sent) || self.rng.chance(self.faults.loss) {
@@ -280,8 +297,9 @@ impl Net {
                 let iss = self
                     .listener_iss
                     .unwrap_or_else(|| initial_sequence_number(&KEY, ADDR[1], ADDR[0], now));
+                let offset = timestamp_offset(&KEY, ADDR[1], ADDR[0]);
                 match Connection::accept(cfg.clone(), ADDR[1], ADDR[0], iss, r) {
-                    Some(c) => self.ends[1] = Some(c),
+                    Some(c) => self.ends[1] = Some(c.with_timestamp_offset(offset)),
                     None => self.reply_closed(to, r),
                 }
             }
@@ -473,6 +491,7 @@ proptest! {
         iss: u32,
         spacing_us in 0u64..50,
         window_scaling: bool,
+        timestamps in 0u8..4,
     ) {
         let spacing = Duration::from_micros(spacing_us);
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
@@ -482,9 +501,14 @@ proptest! {
             recv_buffer,
             delayed_ack: delayed_ack.then_some(ms(40)),
             window_scaling,
+            timestamps: timestamps & 1 != 0,
             ..fast_config()
         };
-        let mut n = Net::client_server(seed, faults, cfg.clone(), cfg);
+        let cfg_b = TcpConfig {
+            timestamps: timestamps & 2 != 0,
+            ..cfg.clone()
+        };
+        let mut n = Net::client_server(seed, faults, cfg, cfg_b);
         // Sequence numbers near the wrap, often.
         n.listener_iss = Some(SeqNum(iss | 0xffff_0000));
         // The simulated reader acts only when something happens, so one that takes
@@ -1417,4 +1441,204 @@ fn urgent_data_is_delivered_inline() {
     let mut buf = [0; 16];
     assert_eq!(n.conn_mut(1).recv(&mut buf), 7);
     assert_eq!(&buf[..7], b"urgent!");
+}
+
+/// The timestamps option as on the wire: two NOPs, then the option.
+fn ts_opts(tsval: u32, tsecr: u32) -> [u8; 12] {
+    let mut b = [0; 12];
+    let opts = [
+        TcpOption::NoOp,
+        TcpOption::NoOp,
+        TcpOption::Timestamps { tsval, tsecr },
+    ];
+    assert_eq!(write_options(&opts, &mut b).unwrap(), 12);
+    b
+}
+
+#[test]
+fn timestamp_negotiation_on_off_and_one_sided() {
+    for (a_ts, b_ts) in [(true, true), (true, false), (false, true), (false, false)] {
+        let a = TcpConfig {
+            timestamps: a_ts,
+            ..fast_config()
+        };
+        let b = TcpConfig {
+            timestamps: b_ts,
+            ..fast_config()
+        };
+        let n = transfer(11, quiet(), [20_000, 5_000], a, b);
+        let both = a_ts && b_ts;
+        assert_eq!(
+            (n.conn(0).timestamps(), n.conn(1).timestamps()),
+            (both, both)
+        );
+        let (syn, synack) = (n.log[0], n.log[1]);
+        assert!(syn.has(flags::SYN) && synack.has(flags::SYN | flags::ACK));
+        // Offered in the SYN by config; in the SYN-ACK only in answer to an offer.
+        assert_eq!(syn.ts.is_some(), a_ts, "{a_ts} {b_ts}");
+        assert_eq!(synack.ts.is_some(), both, "{a_ts} {b_ts}");
+        // Then on every segment, or on none.
+        assert!(n.log[2..].iter().all(|s| s.ts.is_some() == both));
+        assert_eq!(n.conn(0).send_mss(), if both { 1448 } else { 1460 });
+        if !both {
+            assert_eq!(n.conn(0).stats().ts_rtt_samples, 0);
+            continue;
+        }
+        let offsets = [
+            timestamp_offset(&KEY, ADDR[0], ADDR[1]),
+            timestamp_offset(&KEY, ADDR[1], ADDR[0]),
+        ];
+        assert_ne!(offsets[0], offsets[1]);
+        for s in &n.log {
+            // TSval: the caller's millisecond clock plus the connection's offset.
+            let (tsval, tsecr) = s.ts.unwrap();
+            let ms = (s.at.as_nanos() / 1_000_000) as u32;
+            assert_eq!(tsval, ms.wrapping_add(offsets[s.from]));
+            // TSecr: 0 on the SYN, else a TSval the other end sent earlier.
+            if s.has(flags::ACK) {
+                assert!(n
+                    .log
+                    .iter()
+                    .any(|o| o.from != s.from && o.at <= s.at && o.ts.unwrap().0 == tsecr));
+            } else {
+                assert_eq!(tsecr, 0);
+            }
+        }
+        assert_eq!(synack.ts.unwrap().1, syn.ts.unwrap().0);
+        // A sample from every ACK of new data (RFC 7323 §4.1): on this lossless
+        // link, every segment of end 1's that moved its ACK forward.
+        let mut high: Option<u32> = None;
+        let mut new_acks = 0;
+        for s in n.log.iter().filter(|s| s.from == 1 && s.has(flags::ACK)) {
+            if high.is_none_or(|h| (s.ack.wrapping_sub(h) as i32) > 0) {
+                new_acks += 1;
+                high = Some(s.ack);
+            }
+        }
+        assert_eq!(n.conn(0).stats().ts_rtt_samples, new_acks);
+        assert_eq!(n.conn(0).srtt(), Some(ms(10)));
+    }
+}
+
+#[test]
+fn timestamps_time_retransmitted_segments() {
+    let mut n = established_pair(fast_config(), fast_config());
+    assert_eq!(n.conn(0).srtt(), Some(ms(10)));
+    let samples = n.conn(0).stats().ts_rtt_samples;
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let first_data = s.from == 0 && s.len > 0 && !dropped;
+        dropped |= first_data;
+        !first_data
+    });
+    n.apps[0].out = pattern(100, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100
+        && n.conn(0).send_queue_len() == 0));
+    let data: Vec<_> = n.log.iter().filter(|s| s.len > 0).copied().collect();
+    assert_eq!(data.len(), 2);
+    assert_eq!(n.conn(0).stats().timeouts, 1);
+    // The ACK echoes the retransmission's TSval (RFC 7323 §4.3), so it is a true
+    // 10 ms sample (not the 210 ms since the first copy), and it clears the backoff
+    // at once, where Karn's rule would keep the doubled RTO.
+    let ack = last_from(&n, 1);
+    assert_eq!(ack.ts.unwrap().1, data[1].ts.unwrap().0);
+    assert_eq!(n.conn(0).stats().ts_rtt_samples, samples + 1);
+    assert_eq!(n.conn(0).srtt(), Some(ms(10)));
+    assert_eq!(n.conn(0).rto(), ms(200));
+}
+
+/// A transfer from end 0 into which, once `at_bytes` arrived, a segment at end 1's
+/// RCV.NXT with bad data and (if timestamps are on) an old TSval is injected: an old
+/// duplicate of a previous incarnation or of a wrapped sequence space. Returns the
+/// network after the transfer and end 1's answer to the injection.
+fn old_duplicate_during_transfer(cfg: TcpConfig, at_bytes: usize) -> (Net, Vec<Sent>) {
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.apps[0].out = pattern(200_000, 3);
+    n.apps[0].close_when_written = true;
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() >= at_bytes));
+    n.flush();
+    let (b_nxt, b_rcv_nxt) = (last_from(&n, 1).seq, last_from(&n, 1).ack);
+    let junk = vec![0xee; 500];
+    // A TSval from 100 s ago: older than TS.Recent, within 2^31.
+    let old = last_from(&n, 0).ts.map(|t| t.0.wrapping_sub(100_000));
+    let opts = old.map(|v| ts_opts(v, 0));
+    let mut r = forged(0, b_rcv_nxt, b_nxt, flags::ACK, &junk);
+    if let Some(o) = &opts {
+        r.options = o;
+    }
+    let reply = answer(&mut n, 1, &r);
+    assert!(n.run_until(n.now + secs(60), Net::both_closed));
+    n.run_apps();
+    (n, reply)
+}
+
+#[test]
+fn paws_drops_an_old_duplicate_during_a_transfer() {
+    let (n, reply) = old_duplicate_during_transfer(fast_config(), 50_000);
+    let st = n.conn(1).stats();
+    assert_eq!(st.paws_rejected, 1);
+    // Dropped and answered with an ACK of what end 1 really has (RFC 7323 §5.3 R1),
+    // which echoes the real TS.Recent, not the old TSval.
+    assert_eq!(reply.len(), 1);
+    assert!(reply[0].has(flags::ACK) && reply[0].len == 0);
+    assert!(n.apps[1].got == n.apps[0].out, "stream damaged");
+    assert_eq!(n.conn(0).error(), None);
+    // Without timestamps nothing tells the duplicate from new data: it is taken.
+    let no_ts = TcpConfig {
+        timestamps: false,
+        ..fast_config()
+    };
+    let (n, _) = old_duplicate_during_transfer(no_ts, 50_000);
+    assert_eq!(n.conn(1).stats().paws_rejected, 0);
+    assert_eq!(n.apps[1].got.len(), n.apps[0].out.len());
+    assert!(n.apps[1].got != n.apps[0].out);
+}
+
+#[test]
+fn rst_is_not_subject_to_paws() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (b_nxt, b_rcv_nxt) = (last_from(&n, 1).seq, last_from(&n, 1).ack);
+    let old = last_from(&n, 0).ts.unwrap().0.wrapping_sub(1_000);
+    let opts = ts_opts(old, 0);
+    // A bare ACK with the old TSval is dropped (and answered)...
+    let mut r = forged(0, b_rcv_nxt, b_nxt, flags::ACK, &[]);
+    r.options = &opts;
+    let reply = answer(&mut n, 1, &r);
+    assert_eq!(n.conn(1).stats().paws_rejected, 1);
+    assert_eq!(reply.len(), 1);
+    // ... but a RST with it still resets (RFC 7323 §5.3).
+    let mut r = forged(0, b_rcv_nxt, 0, flags::RST, &[]);
+    r.options = &opts;
+    answer(&mut n, 1, &r);
+    assert_eq!(n.state(1), TcpState::Closed);
+    assert_eq!(n.conn(1).error(), Some(TcpError::Reset));
+}
+
+#[test]
+fn paws_ts_recent_expires_after_24_idle_days() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (b_nxt, b_rcv_nxt) = (last_from(&n, 1).seq, last_from(&n, 1).ack);
+    let recent = last_from(&n, 0).ts.unwrap().0;
+    // A peer whose clock went back (it rebooted, or wrapped after 24 days).
+    let old = recent.wrapping_sub(5_000);
+    let opts = ts_opts(old, 0);
+    let mut r = forged(0, b_rcv_nxt, b_nxt, flags::ACK | flags::PSH, b"hello");
+    r.options = &opts;
+    // Idle 23 days: TS.Recent still valid, the segment is dropped.
+    n.now = n.now + secs(23 * 24 * 3600);
+    let reply = answer(&mut n, 1, &r);
+    assert_eq!(n.conn(1).stats().paws_rejected, 1);
+    assert_eq!(n.conn(1).recv_queue_len(), 0);
+    assert_eq!(reply[0].ts.unwrap().1, recent);
+    // Idle past 24 days (RFC 7323 §5.5): TS.Recent is invalid, the segment taken,
+    // its TSval the new TS.Recent.
+    n.now = n.now + secs(2 * 24 * 3600);
+    let reply = answer(&mut n, 1, &r);
+    assert_eq!(n.conn(1).stats().paws_rejected, 1);
+    assert_eq!(n.conn(1).recv_queue_len(), 5);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(reply[0].ack, b_rcv_nxt.wrapping_add(5));
+    assert_eq!(reply[0].ts.unwrap().1, old);
 }
