@@ -1642,3 +1642,71 @@ fn paws_ts_recent_expires_after_24_idle_days() {
     assert_eq!(reply[0].ack, b_rcv_nxt.wrapping_add(5));
     assert_eq!(reply[0].ts.unwrap().1, old);
 }
+
+/// A connection on the one 4-tuple starting at `start`, with the ISSs of every
+/// incarnation alike (as if the ISN clock had come round): sequence numbers alone
+/// cannot tell incarnations apart.
+fn incarnation(cfg: TcpConfig, start: Time) -> Net {
+    let mut n = Net::new(9, quiet());
+    n.now = start;
+    let offset = timestamp_offset(&KEY, ADDR[0], ADDR[1]);
+    let c = Connection::connect(cfg.clone(), ADDR[0], ADDR[1], SeqNum(0x1234_5678));
+    n.ends[0] = Some(c.with_timestamp_offset(offset));
+    n.listener = Some(cfg);
+    n.listener_iss = Some(SeqNum(0x9abc_def0));
+    n
+}
+
+/// Replays a data segment of one incarnation, byte for byte, into the next one's
+/// transfer, where its sequence number lies ahead in the window; returns the second
+/// incarnation after its transfer.
+fn replay_into_next_incarnation(cfg: TcpConfig) -> Net {
+    let old = transfer_with(incarnation(cfg.clone(), Time::ZERO), [60_000, 0], 0);
+    let first = 0x1234_5679u32;
+    let dup = *old
+        .log
+        .iter()
+        .find(|s| s.from == 0 && s.len > 0 && s.seq.wrapping_sub(first) >= 30_000)
+        .unwrap();
+    let off = dup.seq.wrapping_sub(first) as usize;
+    let payload = old.apps[0].out[off..off + dup.len].to_vec();
+    // The next incarnation, once TIME-WAIT is over.
+    let mut n = incarnation(cfg, old.now + secs(1));
+    n.apps[0].out = pattern(100_000, 3);
+    for app in &mut n.apps {
+        app.close_when_written = true;
+        app.read = true;
+    }
+    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() >= 10_000));
+    n.flush();
+    let rcv_nxt = last_from(&n, 1).ack.wrapping_sub(first) as usize;
+    assert!(rcv_nxt < off && off + dup.len <= rcv_nxt + 65_535);
+    assert_ne!(payload, n.apps[0].out[off..off + dup.len]);
+    let opts = dup.ts.map(|(v, e)| ts_opts(v, e));
+    let mut r = forged(0, dup.seq, dup.ack, dup.flags, &payload);
+    r.window = dup.window;
+    if let Some(o) = &opts {
+        r.options = o;
+    }
+    n.inject(1, &r);
+    assert!(n.run_until(n.now + secs(60), Net::both_closed));
+    n.run_apps();
+    n
+}
+
+#[test]
+fn paws_drops_a_duplicate_from_a_previous_incarnation() {
+    // The same timestamp offset for the 4-tuple keeps TSvals rising across
+    // incarnations, so the old segment's TSval is older than TS.Recent.
+    let n = replay_into_next_incarnation(fast_config());
+    assert_eq!(n.conn(1).stats().paws_rejected, 1);
+    assert!(n.apps[1].got == n.apps[0].out, "stream damaged");
+    // Without timestamps the old data is taken for new.
+    let n = replay_into_next_incarnation(TcpConfig {
+        timestamps: false,
+        ..fast_config()
+    });
+    assert_eq!(n.conn(1).stats().paws_rejected, 0);
+    assert_eq!(n.apps[1].got.len(), n.apps[0].out.len());
+    assert!(n.apps[1].got != n.apps[0].out);
+}
