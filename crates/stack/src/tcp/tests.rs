@@ -465,6 +465,8 @@ fn lossy_network_delivers_intact() {
     assert!(seqs.len() < data.len());
     let st = n.conn(0).stats();
     assert!(st.retransmitted > 0 && st.fast_retransmits > 0);
+    // With timestamps, the default: samples from the echoes all along.
+    assert!(n.conn(0).timestamps() && st.ts_rtt_samples > 100);
     assert_eq!(
         st.segments_sent,
         n.log.iter().filter(|s| s.from == 0).count() as u64
