@@ -60,7 +60,7 @@ pub struct ArpStats {
 }
 
 #[derive(Debug)]
-enum Entry {
+enum Entry<F> {
     Reachable {
         mac: [u8; 6],
         until: Time,
@@ -69,7 +69,7 @@ enum Entry {
         next_ask: Time,
         backoff: Duration,
         give_up: Time,
-        pending: VecDeque<Vec<u8>>,
+        pending: VecDeque<F>,
     },
 }
 
@@ -85,11 +85,12 @@ pub enum Lookup {
     Wait,
 }
 
-/// The cache.
-#[derive(Debug, Default)]
-pub struct ArpCache {
+/// The cache; `F` is a held frame as its user keeps it (with whatever it needs
+/// to send it later).
+#[derive(Debug)]
+pub struct ArpCache<F = Vec<u8>> {
     config: ArpConfig,
-    entries: HashMap<Ipv4Addr, Entry>,
+    entries: HashMap<Ipv4Addr, Entry<F>>,
     /// The last neighbour found reachable, and until when: most sends go to the
     /// same peer, and this spares them the hash.
     last: Option<(Ipv4Addr, [u8; 6], Time)>,
@@ -97,12 +98,15 @@ pub struct ArpCache {
     stats: ArpStats,
 }
 
-impl ArpCache {
+impl<F> ArpCache<F> {
     /// An empty cache.
     pub fn new(config: ArpConfig) -> Self {
         ArpCache {
             config,
-            ..ArpCache::default()
+            entries: HashMap::new(),
+            last: None,
+            unresolved: 0,
+            stats: ArpStats::default(),
         }
     }
 
@@ -151,7 +155,7 @@ impl ArpCache {
 
     /// The multiplexer answered `mac` for `ip`: returns the frames held for it, to
     /// send now (their Ethernet destination still to fill in).
-    pub fn resolved(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Time) -> Vec<Vec<u8>> {
+    pub fn resolved(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Time) -> Vec<F> {
         self.stats.resolved += 1;
         let until = now + self.config.reachable;
         self.last = None;
@@ -196,7 +200,7 @@ impl ArpCache {
     /// Holds `frame` until `ip` resolves (after [`ArpCache::unknown`]); the oldest
     /// held frame goes if the queue is full. False (and the frame dropped) if `ip`
     /// is not being resolved.
-    pub fn hold(&mut self, ip: Ipv4Addr, frame: Vec<u8>) -> bool {
+    pub fn hold(&mut self, ip: Ipv4Addr, frame: F) -> bool {
         match self.entries.get_mut(&ip) {
             Some(Entry::Incomplete { pending, .. }) => {
                 if pending.len() >= self.config.pending_per_neighbor {
@@ -284,7 +288,7 @@ mod tests {
 
     #[test]
     fn stale_entries_are_asked_again() {
-        let mut c = ArpCache::new(ArpConfig::default());
+        let mut c: ArpCache = ArpCache::new(ArpConfig::default());
         c.resolved(IP, MAC, ms(0));
         assert_eq!(c.lookup(IP, ms(29_999)), Lookup::Hit(MAC));
         assert_eq!(c.lookup(IP, ms(30_000)), Lookup::Ask);

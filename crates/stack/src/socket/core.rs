@@ -160,7 +160,7 @@ pub(crate) struct Inner {
     ipv4: Ipv4Rx,
     reasm: Reassembler,
     icmp: Icmp,
-    arp: ArpCache,
+    arp: ArpCache<Held>,
     pmtu: HashMap<Ipv4Addr, (usize, Time)>,
     sockets: Vec<Option<Sock>>,
     by_channel: IdMap<usize>,
@@ -180,6 +180,13 @@ pub(crate) struct Inner {
     /// The time of the last pump: what sends go by (a neighbour's or a path
     /// MTU's age needs no fresher clock).
     clock: Time,
+}
+
+/// A frame held while its neighbour resolves (its Ethernet destination still
+/// zero), with the channel it is to go on.
+struct Held {
+    channel: u32,
+    frame: Vec<u8>,
 }
 
 /// Why a send did not happen now.
@@ -832,11 +839,11 @@ impl Inner {
         let mac = self.control().resolve(dst)?;
         match mac {
             Some(mac) => {
-                for mut frame in self.arp.resolved(dst, mac, now) {
-                    frame[..6].copy_from_slice(&mac);
+                for mut held in self.arp.resolved(dst, mac, now) {
+                    held.frame[..6].copy_from_slice(&mac);
                     // A held frame that finds no room now is dropped, as the
                     // network might have.
-                    let _ = self.push_frame(&frame, None);
+                    let _ = self.push_frame(held.channel, &[&held.frame]);
                 }
                 Ok(Some(mac))
             }
@@ -968,7 +975,7 @@ impl Inner {
                 let mut frame = vec![0u8; ETH_LEN + p.len()];
                 write_eth(&mut frame, [0; 6], self.info.mac);
                 frame[ETH_LEN..].copy_from_slice(&p);
-                self.arp.hold(dst, frame);
+                self.arp.hold(dst, Held { channel, frame });
             }
             self.ident = self.ident.wrapping_add(1);
             self.tx_stats.datagrams += 1;
@@ -980,12 +987,10 @@ impl Inner {
         if pieces.len() > 1 {
             self.tx_stats.fragmented += 1;
         }
+        let mut eth = [0u8; ETH_LEN];
+        write_eth(&mut eth, mac, self.info.mac);
         for p in &pieces {
-            let mut frame = Vec::with_capacity(ETH_LEN + p.len());
-            frame.resize(ETH_LEN, 0);
-            write_eth(&mut frame, mac, self.info.mac);
-            frame.extend_from_slice(p);
-            self.push_frame(&frame, Some(channel))?;
+            self.push_frame(channel, &[&eth, p])?;
         }
         self.ident = self.ident.wrapping_add(1);
         self.tx_stats.datagrams += 1;
@@ -993,19 +998,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Copies a finished frame to a send buffer and onto the tx ring (the channel
-    /// of its socket; `None`: find it by the frame's source port).
-    fn push_frame(&mut self, frame: &[u8], channel: Option<u32>) -> Result<(), SendError> {
-        let channel = match channel {
-            Some(c) => c,
-            None => self.channel_of(frame).ok_or(SendError::Full)?,
-        };
+    /// Copies a frame, given as consecutive parts, into a send buffer and puts
+    /// it on the tx ring for `channel`.
+    fn push_frame(&mut self, channel: u32, parts: &[&[u8]]) -> Result<(), SendError> {
         let b = self.tx_pool.pop().ok_or(SendError::Full)?;
-        if let Err(e) = self.frames.write(b, frame) {
-            self.tx_pool.push(b);
-            return Err(SendError::Fatal(ring_error(e)));
+        let mut len = 0u32;
+        for part in parts {
+            if let Err(e) = self.frames.write(b + len, part) {
+                self.tx_pool.push(b);
+                return Err(SendError::Fatal(ring_error(e)));
+            }
+            len += part.len() as u32;
         }
-        match self.tx.push(Desc::buffer(b, frame.len() as u32, channel)) {
+        match self.tx.push(Desc::buffer(b, len, channel)) {
             Ok(true) => {
                 self.tx_stats.frames += 1;
                 Ok(())
@@ -1018,32 +1023,6 @@ impl Inner {
                 }
             }
         }
-    }
-
-    /// The channel of the socket a held frame came from: the one whose protocol
-    /// and source port (echo identifier) it carries.
-    fn channel_of(&self, frame: &[u8]) -> Option<u32> {
-        let ip = Ipv4Packet::new_checked(frame.get(ETH_LEN..)?).ok()?;
-        let (proto, src) = (ip.protocol(), ip.src_addr());
-        if ip.frag_offset() != 0 {
-            // A body fragment has no port; its head named the socket.
-            return self
-                .sockets
-                .iter()
-                .flatten()
-                .find(|s| *s.local.ip() == src && kind_proto(s.kind) == proto)
-                .map(|s| s.channel);
-        }
-        let l4 = ip.payload();
-        let port = match proto {
-            protocol::ICMP => u16::from_be_bytes([*l4.get(4)?, *l4.get(5)?]),
-            _ => u16::from_be_bytes([*l4.first()?, *l4.get(1)?]),
-        };
-        self.sockets
-            .iter()
-            .flatten()
-            .find(|s| *s.local.ip() == src && s.local.port() == port && kind_proto(s.kind) == proto)
-            .map(|s| s.channel)
     }
 
     /// Emits an ICMP echo request for socket `id`.
@@ -1097,13 +1076,6 @@ pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.flush_tx();
-    }
-}
-
-fn kind_proto(k: Kind) -> u8 {
-    match k {
-        Kind::Udp => protocol::UDP,
-        Kind::Echo => protocol::ICMP,
     }
 }
 
