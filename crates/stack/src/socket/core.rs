@@ -95,8 +95,9 @@ pub(crate) enum Body {
         start: u8,
         len: u8,
     },
-    /// Reassembled (or an ICMP payload).
-    Owned { data: Vec<u8>, start: usize },
+    /// Reassembled (or an ICMP payload): shared with the view the input
+    /// checks read, instead of copied for the queue.
+    Owned { data: Arc<Vec<u8>>, start: usize },
 }
 
 /// A datagram waiting in a socket's queue.
@@ -549,6 +550,7 @@ impl Inner {
     }
 
     fn input_reassembled(&mut self, id: usize, last: &Ipv4Datagram, whole: Vec<u8>) {
+        let whole = Arc::new(whole);
         let Ok(p) = Ipv4Packet::new_checked(&whole[..]) else {
             return;
         };
@@ -562,11 +564,10 @@ impl Inner {
             payload: &whole[header_len..total],
             ..*last
         };
-        let start = header_len;
-        let mut data = Some(whole.clone());
+        let data = whole.clone();
         self.deliver(id, &dg, |_len| Body::Owned {
-            data: data.take().unwrap_or_default(),
-            start,
+            data,
+            start: header_len,
         });
     }
 
@@ -586,7 +587,7 @@ impl Inner {
                         let d = Datagram {
                             from: SocketAddrV4::new(r.src, 0),
                             body: Body::Owned {
-                                data: r.data.to_vec(),
+                                data: Arc::new(r.data.to_vec()),
                                 start: 0,
                             },
                             check: None,
@@ -912,11 +913,7 @@ impl Inner {
         ip.dont_frag = false;
         let frame_len = ETH_LEN + total;
         let fits = total <= mtu;
-        if fits && dst_mac.is_some() {
-            if frame_len > INLINE_MAX && self.tx_pool.is_empty() {
-                return Err(SendError::Full);
-            }
-            let mac = dst_mac.unwrap_or_default();
+        if let Some(mac) = dst_mac.filter(|_| fits) {
             let (src_mac, inline) = (self.info.mac, &mut self.inline);
             let frames = self.frames.clone();
             let (dst_buf, pooled) = if frame_len <= INLINE_MAX && self.tx.has_inline() {

@@ -126,11 +126,7 @@ impl UdpSocket {
             while got < max {
                 let buf = &mut *bufs[got];
                 let len = buf.len();
-                let r = g.take(id, true, |bytes, from, _| {
-                    let n = bytes.len().min(len);
-                    let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
-                    ((n, SocketAddr::V4(from)), sum, n)
-                });
+                let r = g.take(id, true, |bytes, from, _| copy_out(buf, len, bytes, from));
                 match r {
                     Some(m) => {
                         meta[got] = m;
@@ -168,9 +164,7 @@ impl UdpSocket {
         let len = buf.len();
         self.h.wait_readable(|g, id| {
             g.take(id, consume, |bytes, from, _| {
-                let n = bytes.len().min(len);
-                let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
-                ((n, SocketAddr::V4(from)), sum, n)
+                copy_out(buf, len, bytes, from)
             })
         })
     }
@@ -257,6 +251,19 @@ impl std::fmt::Debug for UdpSocket {
             .field("channel", &s.channel)
             .finish()
     }
+}
+
+/// The receive copy: as much of `bytes` as fits the first `len` bytes of
+/// `buf`, with the sum of what was copied (the rest is summed by `take`).
+fn copy_out(
+    buf: &mut [u8],
+    len: usize,
+    bytes: &[u8],
+    from: SocketAddrV4,
+) -> ((usize, SocketAddr), u16, usize) {
+    let n = bytes.len().min(len);
+    let sum = copy_and_sum(&mut buf[..n], &bytes[..n]);
+    ((n, SocketAddr::V4(from)), sum, n)
 }
 
 fn too_long(len: usize) -> io::Error {
