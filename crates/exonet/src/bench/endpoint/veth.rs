@@ -137,23 +137,8 @@ pub fn run(budget: &Budget, rep: &mut Reporter) {
             rep.push(CASE, s.name(), METRIC, Outcome::Skipped(why.to_string()));
         }
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        skip_all(rep, "needs root");
+    let Some(net) = Net::for_bench(CASE, rep, skip_all) else {
         return;
-    }
-    rep.progress(&format!(
-        "{CASE}: a veth pair between two network namespaces"
-    ));
-    let net = match Net::create() {
-        Ok(net) => net,
-        Err(Fail::Error(e) | Fail::Skip(e)) => {
-            skip_all(
-                rep,
-                &format!("no veth pair between network namespaces: {e}"),
-            );
-            return;
-        }
     };
     for s in SYSTEMS {
         rep.progress(&format!("{CASE}: {}", s.name()));
@@ -180,6 +165,33 @@ pub struct Net {
 }
 
 impl Net {
+    /// The pair for a suite's veth cases, or `None` after reporting them all
+    /// skipped through `skip_all` (not root, or no veth pair to be had).
+    pub fn for_bench(
+        label: &str,
+        rep: &mut Reporter,
+        skip_all: impl Fn(&mut Reporter, &str),
+    ) -> Option<Net> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            skip_all(rep, "needs root");
+            return None;
+        }
+        rep.progress(&format!(
+            "{label}: a veth pair between two network namespaces"
+        ));
+        match Net::create() {
+            Ok(net) => Some(net),
+            Err(Fail::Error(e) | Fail::Skip(e)) => {
+                skip_all(
+                    rep,
+                    &format!("no veth pair between network namespaces: {e}"),
+                );
+                None
+            }
+        }
+    }
+
     pub fn create() -> Result<Net, Fail> {
         Net::sweep();
         let pid = std::process::id();

@@ -409,21 +409,8 @@ fn veth(plan: &Plan, scratch: &Scratch, ports: &mut Ports, cases: &[&str], rep: 
             }
         }
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        skip_all(rep, "needs root");
+    let Some(net) = Net::for_bench("veth", rep, skip_all) else {
         return;
-    }
-    rep.progress("veth: a veth pair between two network namespaces");
-    let net = match Net::create() {
-        Ok(net) => net,
-        Err(Fail::Error(e) | Fail::Skip(e)) => {
-            skip_all(
-                rep,
-                &format!("no veth pair between network namespaces: {e}"),
-            );
-            return;
-        }
     };
     let netns = [0, 1].map(|i| Some(net.namespaces[i].as_str()));
     let exonet_ips = [ENDS[0].exonet_ip, ENDS[1].exonet_ip];
