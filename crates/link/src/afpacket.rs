@@ -435,13 +435,8 @@ impl Blocks {
             } else {
                 // SAFETY: the frame lies within the block, which stays ours (and
                 // unchanged by the kernel) until `release`, after the callback returns.
-                let frame =
-                    unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(block + start), len) };
-                finish_checksum(h.tp_status, frame, stats);
-                f(frame);
+                unsafe { lend(map, block + start, len, h.tp_status, stats, f) };
                 n += 1;
-                stats.rx_frames += 1;
-                stats.rx_bytes += len as u64;
             }
             self.left -= 1;
             if self.left == 0 {
@@ -461,12 +456,29 @@ impl Blocks {
 /// veth or loopback) left the transport checksum to hardware that is not there.
 const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 
-/// Finishes a checksum Linux left undone, so that every frame handed up
-/// carries a valid one; counted in `rx_csum_completed`.
-fn finish_checksum(tp_status: u32, frame: &mut [u8], stats: &mut LinkStats) {
+/// Lends the `len` bytes at `at` in the ring to `f` and counts them, having
+/// first finished a checksum Linux left undone (`tp_status`), so that every
+/// frame handed up carries a valid one (counted in `rx_csum_completed`).
+///
+/// # Safety
+/// The range lies in `map`, in a block or slot that is ours (the kernel does
+/// not write it) until after this returns.
+unsafe fn lend(
+    map: &Mmap,
+    at: usize,
+    len: usize,
+    tp_status: u32,
+    stats: &mut LinkStats,
+    f: &mut dyn FnMut(&[u8]),
+) {
+    // SAFETY: the caller's contract.
+    let frame = unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(at), len) };
     if tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame) {
         stats.rx_csum_completed += 1;
     }
+    f(frame);
+    stats.rx_frames += 1;
+    stats.rx_bytes += len as u64;
 }
 
 impl Frames {
@@ -500,13 +512,8 @@ impl Frames {
                 // SAFETY: the frame lies within the slot (checked above), which stays
                 // ours (and unchanged by the kernel) until released below, after the
                 // callback.
-                let frame =
-                    unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(slot + start), len) };
-                finish_checksum(h.tp_status, frame, stats);
-                f(frame);
+                unsafe { lend(map, slot + start, len, h.tp_status, stats, f) };
                 n += 1;
-                stats.rx_frames += 1;
-                stats.rx_bytes += len as u64;
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.head = (self.head + 1) % self.count;
