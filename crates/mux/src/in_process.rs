@@ -64,12 +64,13 @@ impl Multiplexer for InProcess {
         endpoint: u32,
         proto: u8,
         local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
     ) -> io::Result<(u32, u16)> {
         let spec = ChannelSpec {
             proto: proto_of(proto).map_err(io_error)?,
             local_addr: local.0,
             local_port: local.1,
-            remote: None,
+            remote,
         };
         let (ch, port) = self.mux.bind_socket(EndpointId(endpoint), spec)?;
         Ok((ch.0, port))

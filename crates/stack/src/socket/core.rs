@@ -383,7 +383,7 @@ impl Inner {
         }
         let (channel, port) =
             self.control()
-                .bind_socket(self.endpoint, proto, (ip, local.port()))?;
+                .bind_socket(self.endpoint, proto, (ip, local.port()), None)?;
         let sock = Sock {
             kind,
             channel,

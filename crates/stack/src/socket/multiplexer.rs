@@ -20,12 +20,15 @@ pub trait Multiplexer: Send {
     /// Serves a new endpoint with a segment of this shape.
     fn create_endpoint(&mut self, config: &SegmentConfig) -> io::Result<(u32, AppEndpoint)>;
     /// Binds a socket channel (`proto` as [`exonet_shm::control::PROTO_UDP`]) on
-    /// `endpoint`; returns the channel and the port (allocated for port 0).
+    /// `endpoint`; returns the channel and the port (allocated for port 0). A
+    /// channel with a `remote` receives only from that peer and sends only to it
+    /// (a TCP connection's channel).
     fn bind_socket(
         &mut self,
         endpoint: u32,
         proto: u8,
         local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
     ) -> io::Result<(u32, u16)>;
     /// Removes a channel.
     fn unbind(&mut self, channel: u32) -> io::Result<()>;
@@ -66,8 +69,9 @@ impl Multiplexer for Client {
         endpoint: u32,
         proto: u8,
         local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
     ) -> io::Result<(u32, u16)> {
-        Ok(Client::bind_socket(self, endpoint, proto, local, None)?)
+        Ok(Client::bind_socket(self, endpoint, proto, local, remote)?)
     }
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {
