@@ -153,6 +153,11 @@ impl<F> ArpCache<F> {
         }
     }
 
+    /// Whether `ip` has a MAC known at `now` (no counters move).
+    pub fn reachable(&self, ip: Ipv4Addr, now: Time) -> bool {
+        matches!(self.entries.get(&ip), Some(Entry::Reachable { until, .. }) if *until > now)
+    }
+
     /// The multiplexer answered `mac` for `ip`: returns the frames held for it, to
     /// send now (their Ethernet destination still to fill in).
     pub fn resolved(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Time) -> Vec<F> {

@@ -28,7 +28,7 @@ pub use frag::{fragment, FragError};
 pub use reasm::{DropCause, ReasmConfig, ReasmStats, Reassembler};
 pub use socket::{
     Echo, Event, Events, IcmpSocket, Interest, Multiplexer, Poll, Stack, StackConfig, StackStats,
-    Token, UdpSocket,
+    TcpInfo, TcpListener, TcpStream, Token, UdpSocket,
 };
 pub use time::Time;
 pub use timer::{TimerId, TimerWheel};

@@ -24,6 +24,11 @@ use crate::reasm::{ReasmStats, Reassembler};
 use crate::time::Time;
 use crate::udp::UdpStats;
 
+mod tcp;
+
+pub use tcp::TcpSocketStats;
+pub(crate) use tcp::{TcpSock, TcpTable};
+
 const ETH_LEN: usize = 14;
 const IP_LEN: usize = 20;
 const UDP_LEN: usize = 8;
@@ -79,6 +84,8 @@ pub struct StackStats {
     pub arp: ArpStats,
     pub sockets: SocketStats,
     pub tx: TxStats,
+    /// TCP input and the connections' sockets.
+    pub tcp: TcpSocketStats,
     /// Bytes held by the reassembler now.
     pub reasm_bytes: usize,
     /// Datagrams queued in sockets now.
@@ -116,6 +123,8 @@ pub(crate) enum Kind {
     Udp,
     /// ICMP echo; the local port is the identifier.
     Echo,
+    /// A TCP listener or connection (its state in [`Sock::tcp`]).
+    Tcp,
 }
 
 pub(crate) struct Sock {
@@ -131,11 +140,37 @@ pub(crate) struct Sock {
     pub write_timeout: Option<Duration>,
     pub broadcast: bool,
     pub ttl: u8,
+    /// A TCP socket's listener or connection.
+    pub tcp: Option<TcpSock>,
 }
 
 impl Sock {
+    fn new(kind: Kind, channel: u32, local: SocketAddrV4) -> Sock {
+        Sock {
+            kind,
+            channel,
+            local,
+            peer: None,
+            queue: VecDeque::new(),
+            error: None,
+            nonblocking: false,
+            read_timeout: None,
+            write_timeout: None,
+            broadcast: false,
+            ttl: 64,
+            tcp: None,
+        }
+    }
+
     pub fn readable(&self) -> bool {
-        !self.queue.is_empty() || self.error.is_some()
+        if self.error.is_some() {
+            return true;
+        }
+        match self.tcp.as_ref() {
+            Some(TcpSock::Listener(l)) => !l.ready.is_empty(),
+            Some(TcpSock::Conn(c)) => c.readable(),
+            None => !self.queue.is_empty(),
+        }
     }
 }
 
@@ -180,7 +215,10 @@ pub(crate) struct Inner {
     tx_blocked: bool,
     /// The time of the last pump: what sends go by (a neighbour's or a path
     /// MTU's age needs no fresher clock).
-    clock: Time,
+    pub clock: Time,
+    tcp: TcpTable,
+    /// How long closed connections get to finish when the stack goes.
+    linger: Duration,
 }
 
 /// A frame held while its neighbour resolves (its Ethernet destination still
@@ -239,6 +277,7 @@ impl Inner {
         let buffers: Vec<u32> = app.frames.layout().buffers().collect();
         let (rx_bufs, tx_bufs) = buffers.split_at(buffers.len() / 2);
         let epoch = Instant::now();
+        let tcp = TcpTable::new(config.tcp.clone())?;
         let mut inner = Inner {
             mux,
             in_process,
@@ -273,6 +312,8 @@ impl Inner {
             followers: 0,
             clock: Time::ZERO,
             tx_blocked: false,
+            tcp,
+            linger: config.linger,
         };
         inner.give_back()?;
         Ok((inner, app.wake))
@@ -315,12 +356,16 @@ impl Inner {
             || (self.tx_blocked && self.tx.outstanding() < self.tx.entries())
     }
 
-    /// The earliest timer of the cores.
+    /// The earliest timer of the cores and connections.
     pub fn next_deadline(&self) -> Option<Time> {
-        match (self.reasm.next_deadline(), self.arp.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.reasm.next_deadline(),
+            self.arp.next_deadline(),
+            self.tcp.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn stats(&self) -> StackStats {
@@ -332,6 +377,7 @@ impl Inner {
             arp: self.arp.stats().clone(),
             sockets: self.socket_stats.clone(),
             tx: self.tx_stats.clone(),
+            tcp: self.tcp_stats(),
             reasm_bytes: self.reasm.bytes_held(),
             queued: self.sockets.iter().flatten().map(|s| s.queue.len()).sum(),
         }
@@ -363,6 +409,7 @@ impl Inner {
         let proto = match kind {
             Kind::Udp => PROTO_UDP,
             Kind::Echo => exonet_shm::control::PROTO_ICMP,
+            Kind::Tcp => exonet_shm::control::PROTO_TCP,
         };
         // The registry lets one endpoint hold a port more than once (for its raw
         // channels); two sockets on one port would split its datagrams.
@@ -384,20 +431,20 @@ impl Inner {
         let (channel, port) =
             self.control()
                 .bind_socket(self.endpoint, proto, (ip, local.port()), None)?;
-        let sock = Sock {
-            kind,
-            channel,
-            local: SocketAddrV4::new(ip, port),
-            peer: None,
-            queue: VecDeque::new(),
-            error: None,
-            nonblocking: false,
-            read_timeout: None,
-            write_timeout: None,
-            broadcast: false,
-            ttl: 64,
-        };
-        let id = match self.sockets.iter().position(Option::is_none) {
+        Ok(self.add_socket(Sock::new(kind, channel, SocketAddrV4::new(ip, port))))
+    }
+
+    /// Adds a socket in a free slot and routes its channel to it.
+    fn add_socket(&mut self, sock: Sock) -> usize {
+        let channel = sock.channel;
+        let id = self.insert_socket(sock);
+        self.by_channel.insert(channel, id);
+        id
+    }
+
+    /// Adds a socket in a free slot.
+    fn insert_socket(&mut self, sock: Sock) -> usize {
+        match self.sockets.iter().position(Option::is_none) {
             Some(i) => {
                 self.sockets[i] = Some(sock);
                 i
@@ -406,13 +453,16 @@ impl Inner {
                 self.sockets.push(Some(sock));
                 self.sockets.len() - 1
             }
-        };
-        self.by_channel.insert(channel, id);
-        Ok(id)
+        }
     }
 
-    /// Removes a socket: its queued buffers go back, its channel is unbound.
+    /// Removes a socket: its queued buffers go back, its channel is unbound. A
+    /// TCP connection closes as TCP does, in the background.
     pub fn close(&mut self, id: usize) {
+        if self.sock_opt(id).is_some_and(|s| s.kind == Kind::Tcp) {
+            self.tcp_close(id);
+            return;
+        }
         let Some(sock) = self.sockets[id].take() else {
             return;
         };
@@ -506,7 +556,9 @@ impl Inner {
         if self.next_deadline().is_some_and(|t| t <= now) {
             self.reasm.poll(now);
             self.retry_arp(now);
+            self.tcp_timers(now);
         }
+        self.tcp_transmit_dirty(now);
         // A failure to give buffers back is retried on the next pump.
         let _ = self.give_back();
     }
@@ -578,6 +630,10 @@ impl Inner {
         let kind = self.sock(id).kind;
         match (dg.protocol, kind) {
             (protocol::UDP, Kind::Udp) => self.deliver_udp(id, dg, body),
+            (protocol::TCP, Kind::Tcp) => {
+                self.tcp_input(id, dg);
+                false
+            }
             (protocol::ICMP, _) => {
                 match self.icmp.receive(dg) {
                     Ok(IcmpEvent::EchoReply(r)) if kind == Kind::Echo => {
@@ -681,6 +737,7 @@ impl Inner {
                 e.quoted.protocol == protocol::UDP && e.quoted.src_port == sock.local.port()
             }
             Kind::Echo => e.quoted.protocol == protocol::ICMP,
+            Kind::Tcp => e.quoted.protocol == protocol::TCP,
         };
         if !ours || e.quoted.src != *sock.local.ip() {
             self.socket_stats.icmp_errors_unclaimed += 1;
@@ -697,6 +754,7 @@ impl Inner {
         let connected_to = match sock.kind {
             Kind::Udp => sock.peer == Some(to),
             Kind::Echo => sock.peer.is_some_and(|p| *p.ip() == e.quoted.dst),
+            Kind::Tcp => false,
         };
         if !connected_to {
             self.socket_stats.icmp_errors_unclaimed += 1;
@@ -1072,6 +1130,7 @@ pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.tcp_linger();
         self.flush_tx();
     }
 }

@@ -16,13 +16,15 @@ mod core;
 mod icmp;
 mod multiplexer;
 mod poll;
+mod tcp;
 mod udp;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use exonet_shm::control::{default_socket_path, Client, ControlError, HostInfo};
@@ -30,11 +32,13 @@ use exonet_shm::{Sleeper, Wakeup};
 
 use crate::arp::ArpConfig;
 use crate::reasm::ReasmConfig;
+use crate::tcp::TcpConfig;
 
-pub use self::core::{SocketStats, StackStats, TxStats};
+pub use self::core::{SocketStats, StackStats, TcpSocketStats, TxStats};
 pub use icmp::{Echo, IcmpSocket};
 pub use multiplexer::Multiplexer;
 pub use poll::{Event, Events, Interest, Poll, Token};
+pub use tcp::{TcpInfo, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 
 use self::core::{lock, Inner, SendError};
@@ -55,6 +59,11 @@ pub struct StackConfig {
     pub reasm: ReasmConfig,
     /// Neighbour cache timing.
     pub arp: ArpConfig,
+    /// What TCP connections are opened with (the MSS is cut to the path MTU).
+    pub tcp: TcpConfig,
+    /// How long connections the application closed get to deliver their data
+    /// and FIN when the stack goes away (afterwards the multiplexer resets them).
+    pub linger: Duration,
 }
 
 impl Default for StackConfig {
@@ -66,6 +75,14 @@ impl Default for StackConfig {
             socket_queue: 256,
             reasm: ReasmConfig::default(),
             arp: ArpConfig::default(),
+            tcp: TcpConfig {
+                // Linux's floor (TCP_RTO_MIN); RFC 6298's 1 s suits paths of
+                // unknown delay, not a LAN.
+                min_rto: Duration::from_millis(200),
+                recv_buffer: 256 * 1024,
+                ..TcpConfig::default()
+            },
+            linger: Duration::from_secs(2),
         }
     }
 }
@@ -88,7 +105,12 @@ pub(crate) struct Shared {
     /// Polled with the doorbell to notice the multiplexer go.
     hangup: Option<RawFd>,
     busy_poll: Duration,
+    /// The keeper thread runs (see [`Shared::start_keeper`]).
+    keeper: AtomicBool,
 }
+
+/// How often the keeper looks at a stack no application thread is in.
+const KEEPER_TICK: Duration = Duration::from_millis(5);
 
 impl Stack {
     /// Connects to the multiplexer at `socket` (see `exonet daemon`) and creates an
@@ -130,6 +152,7 @@ impl Stack {
                 in_process,
                 hangup,
                 busy_poll: config.busy_poll,
+                keeper: AtomicBool::new(false),
             }),
         })
     }
@@ -184,10 +207,15 @@ impl Handle {
         local: SocketAddrV4,
     ) -> io::Result<Handle> {
         let id = stack.shared().lock().open(kind, local)?;
-        Ok(Handle {
+        Ok(Handle::from_id(stack, id))
+    }
+
+    /// Takes charge of socket `id` of `stack`.
+    pub(crate) fn from_id(stack: &Stack, id: usize) -> Handle {
+        Handle {
             stack: stack.clone(),
             id,
-        })
+        }
     }
 
     pub(crate) fn stack(&self) -> &Stack {
@@ -281,8 +309,45 @@ impl Shared {
         lock(&self.inner)
     }
 
+    /// Starts the keeper: a thread that moves the stack forward while no
+    /// application thread is in it, so that TCP completes handshakes, answers,
+    /// retransmits and closes while the application computes (a kernel would),
+    /// and an in-process multiplexer answers ARP. It stays out of the way of
+    /// application threads: it acts only when nobody has pumped for a tick, and
+    /// it ends with the stack.
+    pub(crate) fn start_keeper(self: &Arc<Self>) {
+        if self.keeper.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("exonet-keeper".into())
+            .spawn(move || keep(weak));
+        if spawned.is_err() {
+            self.keeper.store(false, Ordering::Release);
+        }
+    }
+
+    /// One look of the keeper.
+    fn keep_once(&self) {
+        let Ok(g) = self.inner.try_lock() else {
+            return;
+        };
+        let now = g.now();
+        let idle = !g.sleeping
+            && g.followers == 0
+            && now.saturating_duration_since(g.clock) >= KEEPER_TICK;
+        drop(g);
+        if idle {
+            let _ = self.drive();
+            let mut g = self.lock();
+            let now = g.now();
+            g.pump(now);
+        }
+    }
+
     /// Runs an in-process multiplexer once, unless another thread is at it.
-    fn drive(&self) -> io::Result<usize> {
+    pub(crate) fn drive(&self) -> io::Result<usize> {
         if !self.in_process {
             return Ok(0);
         }
@@ -419,6 +484,16 @@ impl Shared {
             Wakeup::HangUp => Err(ControlError::Disconnected.into()),
             _ => Ok(()),
         }
+    }
+}
+
+fn keep(weak: Weak<Shared>) {
+    loop {
+        std::thread::sleep(KEEPER_TICK);
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        shared.keep_once();
     }
 }
 

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::io;
 use std::time::Duration;
 
+use super::core::TcpSock;
 use super::icmp::IcmpSocket;
+use super::tcp::{TcpListener, TcpStream};
 use super::udp::UdpSocket;
 use super::{Stack, Wait};
 
@@ -89,6 +91,18 @@ impl Source for UdpSocket {
     }
 }
 
+impl Source for TcpStream {
+    fn socket_id(&self) -> (usize, &Stack) {
+        (self.id(), self.stack())
+    }
+}
+
+impl Source for TcpListener {
+    fn socket_id(&self) -> (usize, &Stack) {
+        (self.id(), self.stack())
+    }
+}
+
 impl Source for IcmpSocket {
     fn socket_id(&self) -> (usize, &Stack) {
         (self.id(), self.stack())
@@ -149,6 +163,11 @@ impl Poll {
             let writable = g.writable();
             for (&id, &(token, interest)) in registered {
                 let Some(s) = g.sock_opt(id) else { continue };
+                let writable = match s.tcp.as_ref() {
+                    Some(TcpSock::Conn(c)) => c.writable(),
+                    Some(TcpSock::Listener(_)) => false,
+                    None => writable,
+                };
                 let e = Event {
                     token,
                     readable: interest.readable && s.readable(),

@@ -1517,6 +1517,36 @@ impl Connection {
     }
 }
 
+/// Socket options that may change on an open connection.
+impl Connection {
+    /// Copies received data in order into `buf` without consuming it.
+    pub fn peek(&self, buf: &mut [u8]) -> usize {
+        self.recv.peek(buf)
+    }
+
+    /// Turns Nagle's algorithm on or off (off is TCP_NODELAY); off sends what is
+    /// queued at once.
+    pub fn set_nagle(&mut self, on: bool) {
+        self.config.nagle = on;
+    }
+
+    /// Whether Nagle's algorithm is on.
+    pub fn nagle(&self) -> bool {
+        self.config.nagle
+    }
+
+    /// Sets keep-alive probing (RFC 1122 §4.2.3.6); `None` turns it off.
+    pub fn set_keepalive(&mut self, keepalive: Option<Keepalive>) {
+        self.config.keepalive = keepalive;
+        self.keepalive_probes = 0;
+    }
+
+    /// The keep-alive settings.
+    pub fn keepalive(&self) -> Option<Keepalive> {
+        self.config.keepalive
+    }
+}
+
 #[cfg(test)]
 mod ts_tests {
     use super::ts_before;

@@ -102,10 +102,18 @@ impl RecvBuffer {
 
     /// Moves readable bytes into `buf`.
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = self.peek(buf);
+        self.ready.drain(..n);
+        n
+    }
+
+    /// Copies readable bytes into `buf`, leaving them readable.
+    pub(crate) fn peek(&self, buf: &mut [u8]) -> usize {
         let n = buf.len().min(self.ready.len());
-        for (d, s) in buf.iter_mut().zip(self.ready.drain(..n)) {
-            *d = s;
-        }
+        let (a, b) = self.ready.as_slices();
+        let from_a = n.min(a.len());
+        buf[..from_a].copy_from_slice(&a[..from_a]);
+        buf[from_a..n].copy_from_slice(&b[..n - from_a]);
         n
     }
 }

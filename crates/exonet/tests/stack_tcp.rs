@@ -1,0 +1,187 @@
+//! TCP sockets end to end: two hosts on a memwire, with the multiplexers as
+//! daemons in this process and in the applications themselves.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr};
+use std::thread;
+use std::time::Duration;
+
+use exonet::hosts::{in_process_pair, two_hosts, A, B};
+use exonet_mux::Running;
+use exonet_stack::{Interest, Poll, Stack, StackConfig, TcpListener, TcpStream, Token};
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+fn stack(d: &Running) -> Stack {
+    Stack::open(d.socket()).unwrap()
+}
+
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8 ^ salt)
+        .collect()
+}
+
+/// A server on `sb` that echoes one connection, then half-closes after the
+/// client did.
+fn echo_once(listener: TcpListener) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(T).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut total = 0u64;
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n]).unwrap();
+            total += n as u64;
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        total
+    })
+}
+
+fn bulk_echo(sa: &Stack, sb: &Stack, len: usize) {
+    let listener = TcpListener::bind(sb, (Ipv4Addr::UNSPECIFIED, 8080)).unwrap();
+    let server = echo_once(listener);
+    let c = TcpStream::connect_timeout(sa, (B, 8080), Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(T).unwrap();
+    assert_eq!(c.peer_addr().unwrap(), SocketAddr::from((B, 8080)));
+    assert_eq!(c.local_addr().unwrap().ip(), std::net::IpAddr::V4(A));
+    let data = pattern(len, 7);
+    let reader = {
+        let c2: &TcpStream = &c;
+        thread::scope(|sc| {
+            let r = sc.spawn(move || {
+                let mut got = Vec::with_capacity(len);
+                let mut r: &TcpStream = c2;
+                r.read_to_end(&mut got).unwrap();
+                got
+            });
+            let mut w: &TcpStream = &c;
+            for chunk in data.chunks(8192) {
+                w.write_all(chunk).unwrap();
+            }
+            c.shutdown(Shutdown::Write).unwrap();
+            r.join().unwrap()
+        })
+    };
+    assert!(reader == data, "echoed {} of {} bytes", reader.len(), len);
+    assert_eq!(server.join().unwrap(), len as u64);
+}
+
+#[test]
+fn bulk_echo_over_daemons() {
+    let h = two_hosts("tcp-bulk").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    bulk_echo(&sa, &sb, 1 << 20);
+    let (a, b) = (sa.stats(), sb.stats());
+    assert_eq!(a.tcp.bad_checksum + b.tcp.bad_checksum, 0, "{a:#?} {b:#?}");
+    assert_eq!(a.tcp.connects, 1);
+    assert_eq!(b.tcp.accepts, 1);
+}
+
+#[test]
+fn bulk_echo_in_process() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    bulk_echo(&sa, &sb, 4 << 20);
+}
+
+#[test]
+fn refused_and_reset() {
+    let h = two_hosts("tcp-refused").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let e = TcpStream::connect(&sa, (B, 9)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    // A connection closed with unread data is reset (RFC 2525 §2.17).
+    let l = TcpListener::bind(&sb, (B, 9000)).unwrap();
+    let mut c = TcpStream::connect(&sa, (B, 9000)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    c.write_all(b"unread").unwrap();
+    thread::sleep(Duration::from_millis(50));
+    drop(s);
+    c.set_read_timeout(T).unwrap();
+    let mut buf = [0u8; 8];
+    let e = c.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    assert!(c.write(b"more").is_err());
+}
+
+#[test]
+fn half_close_and_nonblocking() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    let l = TcpListener::bind(&sb, (B, 7)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+    l.set_nonblocking(false).unwrap();
+    let mut c = TcpStream::connect(&sa, (B, 7)).unwrap();
+    let (mut s, peer) = l.accept().unwrap();
+    assert_eq!(peer, c.local_addr().unwrap());
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(s.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(T).unwrap();
+    c.set_nodelay(true).unwrap();
+    assert!(c.nodelay().unwrap());
+    c.write_all(b"request").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"request");
+    // The server still writes after the client's FIN.
+    s.write_all(b"response").unwrap();
+    drop(s);
+    c.set_read_timeout(T).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"response");
+    assert_eq!(c.peek(&mut buf).unwrap(), 0);
+}
+
+#[test]
+fn poll_over_streams() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    let l = TcpListener::bind(&sb, (B, 80)).unwrap();
+    let mut poll = Poll::new(&sb);
+    poll.register(&l, Token(0), Interest::READABLE).unwrap();
+    let mut clients: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&sa, (B, 80)).unwrap())
+        .collect();
+    let mut events = exonet_stack::Events::new();
+    let mut accepted = Vec::new();
+    while accepted.len() < 4 {
+        poll.poll(&mut events, T).unwrap();
+        assert!(!events.is_empty());
+        while let Ok((s, _)) = {
+            l.set_nonblocking(true).unwrap();
+            l.accept()
+        } {
+            poll.register(&s, Token(1 + accepted.len()), Interest::READABLE)
+                .unwrap();
+            accepted.push(s);
+        }
+    }
+    for (i, c) in clients.iter_mut().enumerate() {
+        c.write_all(&[i as u8; 3]).unwrap();
+    }
+    let mut seen = [false; 4];
+    while seen.iter().any(|s| !s) {
+        poll.poll(&mut events, T).unwrap();
+        for e in events.iter() {
+            if e.token.0 == 0 {
+                continue;
+            }
+            let s = &accepted[e.token.0 - 1];
+            let mut buf = [0u8; 3];
+            let mut r: &TcpStream = s;
+            r.read_exact(&mut buf).unwrap();
+            seen[usize::from(buf[0])] = true;
+        }
+    }
+    let info = clients[0].info().unwrap();
+    assert_eq!(info.state, exonet_stack::tcp::TcpState::Established);
+    assert!(info.srtt.is_some());
+}

@@ -1,0 +1,948 @@
+//! TCP over the endpoint: the sans-IO [`Connection`]s of this stack, their
+//! listeners, timers and frames.
+//!
+//! Every connection has a channel of its own at the multiplexer, bound to its
+//! 4-tuple (Thekkath §III-D: the registry knows each connection, so it can reset
+//! them if the application dies). A listener's channel takes the SYNs; a
+//! connection it accepts lives in the listener's SYN queue (sending on the
+//! listener's channel) until its handshake completes, and only then binds a
+//! channel: a SYN flood costs a bounded queue, never channels. Segments are
+//! matched to connections by 4-tuple whatever channel brought them.
+//!
+//! Segments received in one pump are all given to their connections before any
+//! answers, so a batch of data gets one ACK. Timers are a heap of deadlines,
+//! checked lazily: a connection's entry is replaced only when its deadline moves
+//! earlier, and a stale one costs an early look.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::io::{self, Read};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use exonet_shm::control::PROTO_TCP;
+use exonet_shm::{Desc, INLINE_MAX};
+use exonet_wire::ipv4::protocol;
+use exonet_wire::tcp::flags;
+use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
+
+use super::{segment_bytes_mut, write_eth, Held, Inner, Kind, Sock, ETH_LEN, IP_LEN};
+use crate::ipv4_rx::{DstKind, Ipv4Datagram};
+use crate::tcp::{
+    initial_sequence_number, reset_for_closed, timestamp_offset, Connection, TcpConfig, TcpError,
+    TcpState,
+};
+use crate::time::Time;
+
+/// Linux's `tcp_synack_retries`: a SYN-ACK is sent 6 times at most, so a
+/// half-open connection leaves the SYN queue within about a minute.
+const SYNACK_RETRIES: u32 = 5;
+/// The IPv4 and TCP headers without options (RFC 9293 §3.7.1: MSS = MTU − 40).
+const TCP_IP_HEADERS: usize = 40;
+
+/// Counters of TCP input and of the connections of a stack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpSocketStats {
+    /// Segments given to a connection or listener.
+    pub segments: u64,
+    /// Segments whose checksum failed (dropped).
+    pub bad_checksum: u64,
+    /// Segments too short for their header, or not to a unicast address of ours.
+    pub malformed: u64,
+    /// RSTs sent for segments that found no connection (RFC 9293 §3.10.7.1).
+    pub resets_sent: u64,
+    /// SYNs dropped because the listener's SYN queue was full.
+    pub syn_dropped: u64,
+    /// Handshake-completing ACKs dropped because the accept queue was full (the
+    /// peer sends them again).
+    pub accept_overflow: u64,
+    /// Connections opened by `connect`.
+    pub connects: u64,
+    /// Connections whose handshake completed at a listener.
+    pub accepts: u64,
+    /// Connections that ended in a reset, a refusal or a timeout.
+    pub failed: u64,
+    /// Connections in the stack now (closing ones included).
+    pub open: usize,
+    /// Segments sent again, over all connections so far.
+    pub retransmitted: u64,
+    /// Retransmission timeouts, over all connections so far.
+    pub timeouts: u64,
+    /// Fast retransmits, over all connections so far.
+    pub fast_retransmits: u64,
+}
+
+/// A TCP socket: a listener or a connection.
+pub(crate) enum TcpSock {
+    Listener(Listener),
+    Conn(Box<Conn>),
+}
+
+pub(crate) struct Listener {
+    /// Connections whose handshake completed, not yet accepted.
+    pub ready: VecDeque<usize>,
+    /// The most `ready` holds; also the bound of the SYN queue.
+    backlog: usize,
+    /// Connections in the SYN queue.
+    embryos: usize,
+    config: TcpConfig,
+}
+
+pub(crate) struct Conn {
+    pub conn: Connection,
+    /// The listener whose SYN queue holds it, until the handshake completes.
+    listener: Option<usize>,
+    /// The application closed its socket: it goes once the connection is done.
+    orphan: bool,
+    /// `shutdown(Read)`: what arrives is discarded.
+    read_shut: bool,
+    /// `shutdown(Write)` or a close: writes fail.
+    write_shut: bool,
+    send_buffer: usize,
+    /// The deadline this connection has in the timer heap.
+    armed: Option<Time>,
+    /// On the list of connections to answer at the end of the pump.
+    dirty: bool,
+    /// The end (reset, timeout) was handed to the socket.
+    ended: bool,
+}
+
+impl Conn {
+    fn new(conn: Connection, listener: Option<usize>, send_buffer: usize) -> Conn {
+        Conn {
+            conn,
+            listener,
+            orphan: false,
+            read_shut: false,
+            write_shut: false,
+            send_buffer,
+            armed: None,
+            dirty: false,
+            ended: false,
+        }
+    }
+
+    pub fn readable(&self) -> bool {
+        self.conn.recv_queue_len() > 0
+            || self.conn.recv_finished()
+            || self.read_shut
+            || self.conn.state() == TcpState::Closed
+    }
+
+    pub fn writable(&self) -> bool {
+        matches!(
+            self.conn.state(),
+            TcpState::Established | TcpState::CloseWait
+        ) && !self.write_shut
+            && self.conn.send_queue_len() < self.send_buffer
+    }
+}
+
+/// The TCP state of a stack beside its sockets.
+pub(crate) struct TcpTable {
+    /// The secret of RFC 6528 ISNs and RFC 7323 timestamp offsets.
+    key: [u8; 16],
+    /// Connections by (local, remote).
+    tuples: HashMap<(SocketAddrV4, SocketAddrV4), usize>,
+    timers: BinaryHeap<Reverse<(Time, usize)>>,
+    /// Connections to answer at the end of the pump.
+    dirty: Vec<usize>,
+    /// Channels to unbind once the multiplexer has taken the frames sent before
+    /// (so a final RST or ACK goes out on the channel it was sent on): the
+    /// channel and the count of frames pushed by then.
+    unbinds: Vec<(u32, u64)>,
+    stats: TcpSocketStats,
+    /// What a connection is opened with unless the call says otherwise.
+    pub config: TcpConfig,
+}
+
+impl TcpTable {
+    pub fn new(config: TcpConfig) -> io::Result<TcpTable> {
+        let mut key = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        Ok(TcpTable {
+            key,
+            tuples: HashMap::new(),
+            timers: BinaryHeap::new(),
+            dirty: Vec::new(),
+            unbinds: Vec::new(),
+            stats: TcpSocketStats::default(),
+            config,
+        })
+    }
+
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+}
+
+fn conn_in(sockets: &mut [Option<Sock>], id: usize) -> Option<&mut Conn> {
+    match sockets.get_mut(id)?.as_mut()?.tcp.as_mut()? {
+        TcpSock::Conn(c) => Some(c),
+        TcpSock::Listener(_) => None,
+    }
+}
+
+fn listener_in(sockets: &mut [Option<Sock>], id: usize) -> Option<&mut Listener> {
+    match sockets.get_mut(id)?.as_mut()?.tcp.as_mut()? {
+        TcpSock::Listener(l) => Some(l),
+        TcpSock::Conn(_) => None,
+    }
+}
+
+/// The error a connection's end gives its socket.
+fn end_error(e: TcpError) -> io::ErrorKind {
+    match e {
+        TcpError::Refused => io::ErrorKind::ConnectionRefused,
+        TcpError::Reset => io::ErrorKind::ConnectionReset,
+        TcpError::TimedOut => io::ErrorKind::TimedOut,
+    }
+}
+
+/// Our MSS on a path of this MTU.
+fn clamp_mss(config: &mut TcpConfig, mtu: usize) {
+    let most = mtu
+        .saturating_sub(TCP_IP_HEADERS)
+        .clamp(48, usize::from(u16::MAX));
+    config.mss = config.mss.min(most as u16);
+}
+
+impl Inner {
+    pub fn conn(&self, id: usize) -> Option<&Conn> {
+        match self.sock_opt(id)?.tcp.as_ref()? {
+            TcpSock::Conn(c) => Some(c),
+            TcpSock::Listener(_) => None,
+        }
+    }
+
+    pub fn conn_mut(&mut self, id: usize) -> Option<&mut Conn> {
+        conn_in(&mut self.sockets, id)
+    }
+
+    /// What connections are opened with unless the call says otherwise.
+    pub fn tcp_config(&self) -> TcpConfig {
+        self.tcp.config.clone()
+    }
+
+    /// The counters, with the connections' own summed in.
+    pub(super) fn tcp_stats(&self) -> TcpSocketStats {
+        let mut s = self.tcp.stats.clone();
+        for c in self
+            .sockets
+            .iter()
+            .flatten()
+            .filter_map(|s| match s.tcp.as_ref() {
+                Some(TcpSock::Conn(c)) => Some(c),
+                _ => None,
+            })
+        {
+            let st = c.conn.stats();
+            s.open += 1;
+            s.retransmitted += st.retransmitted;
+            s.timeouts += st.timeouts;
+            s.fast_retransmits += st.fast_retransmits;
+        }
+        s
+    }
+
+    /// The address of ours to use: `ip`, or for 0.0.0.0 the first.
+    fn bind_ip(&self, ip: Ipv4Addr) -> Ipv4Addr {
+        if ip.is_unspecified() {
+            self.info.addrs[0].0
+        } else {
+            ip
+        }
+    }
+
+    /// Opens a listener on `local` (port 0: ephemeral).
+    pub fn tcp_listen(
+        &mut self,
+        local: SocketAddrV4,
+        backlog: usize,
+        config: TcpConfig,
+    ) -> io::Result<usize> {
+        let ip = self.bind_ip(*local.ip());
+        let taken = self.sockets.iter().flatten().any(|s| {
+            matches!(s.tcp.as_ref(), Some(TcpSock::Listener(_)))
+                && s.local.port() == local.port()
+                && *s.local.ip() == ip
+        });
+        if local.port() != 0 && taken {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{ip}:{} has a listener of this stack", local.port()),
+            ));
+        }
+        let (channel, port) =
+            self.control()
+                .bind_socket(self.endpoint, PROTO_TCP, (ip, local.port()), None)?;
+        let mut s = Sock::new(Kind::Tcp, channel, SocketAddrV4::new(ip, port));
+        s.tcp = Some(TcpSock::Listener(Listener {
+            ready: VecDeque::new(),
+            backlog: backlog.max(1),
+            embryos: 0,
+            config,
+        }));
+        Ok(self.add_socket(s))
+    }
+
+    /// Active OPEN (RFC 9293 §3.10.1): binds a channel for the connection on an
+    /// ephemeral port and sends the SYN.
+    pub fn tcp_connect(&mut self, remote: SocketAddrV4, config: TcpConfig) -> io::Result<usize> {
+        let now = self.now();
+        self.clock = now;
+        let dst = *remote.ip();
+        if remote.port() == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot connect to port 0",
+            ));
+        }
+        // Refuses what cannot be reached and starts resolving the neighbour.
+        self.next_hop(dst, false, now)?;
+        let ip = self
+            .info
+            .addrs
+            .iter()
+            .find(|&&(a, len)| {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(len.min(32)))
+                    .unwrap_or(0);
+                u32::from(a) & mask == u32::from(dst) & mask
+            })
+            .map_or(self.info.addrs[0].0, |&(a, _)| a);
+        let (channel, port) = self.control().bind_socket(
+            self.endpoint,
+            PROTO_TCP,
+            (ip, 0),
+            Some((dst, remote.port())),
+        )?;
+        let local = SocketAddrV4::new(ip, port);
+        let mut config = config;
+        clamp_mss(&mut config, self.path_mtu(dst, now));
+        let send_buffer = config.send_buffer;
+        let iss = initial_sequence_number(&self.tcp.key, local, remote, now);
+        let conn = Connection::connect(config, local, remote, iss)
+            .with_timestamp_offset(timestamp_offset(&self.tcp.key, local, remote));
+        let mut s = Sock::new(Kind::Tcp, channel, local);
+        s.peer = Some(remote);
+        s.tcp = Some(TcpSock::Conn(Box::new(Conn::new(conn, None, send_buffer))));
+        let id = self.add_socket(s);
+        self.tcp.tuples.insert((local, remote), id);
+        self.tcp.stats.connects += 1;
+        self.tcp_after(id, now);
+        Ok(id)
+    }
+
+    /// Whether a connecting socket is done: `Ok` once synchronized, the error if
+    /// it failed, `None` while the handshake goes on. A neighbour that did not
+    /// answer ARP within `give_up` of `started` fails it as Linux does
+    /// (EHOSTUNREACH), instead of the SYN retrying for a minute.
+    pub fn tcp_connected(
+        &mut self,
+        id: usize,
+        started: Instant,
+        give_up: Duration,
+    ) -> Option<io::Result<()>> {
+        if let Some(e) = self.sock_mut(id).error.take() {
+            return Some(Err(e.into()));
+        }
+        let c = self.conn(id)?;
+        match c.conn.state() {
+            TcpState::SynSent | TcpState::SynReceived => {}
+            TcpState::Closed => {
+                return Some(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the connection closed during the handshake",
+                )))
+            }
+            _ => return Some(Ok(())),
+        }
+        let remote = *c.conn.remote().ip();
+        if started.elapsed() >= give_up && !self.arp.reachable(remote, self.clock) {
+            self.tcp_abort(id);
+            return Some(Err(io::Error::new(
+                io::ErrorKind::HostUnreachable,
+                format!("{remote} did not answer ARP"),
+            )));
+        }
+        None
+    }
+
+    /// Takes a connection off the accept queue of listener `id`.
+    pub fn tcp_accept(&mut self, id: usize) -> Option<io::Result<usize>> {
+        if let Some(e) = self.sock_mut(id).error.take() {
+            return Some(Err(e.into()));
+        }
+        listener_in(&mut self.sockets, id)?
+            .ready
+            .pop_front()
+            .map(Ok)
+    }
+
+    /// Reads received data: `None` while there is none and the stream goes on.
+    pub fn tcp_read(&mut self, id: usize, buf: &mut [u8], peek: bool) -> Option<io::Result<usize>> {
+        if let Some(e) = self.sock_mut(id).error.take() {
+            return Some(Err(e.into()));
+        }
+        let c = self.conn_mut(id)?;
+        if c.read_shut {
+            return Some(Ok(0));
+        }
+        let n = if peek {
+            c.conn.peek(buf)
+        } else {
+            c.conn.recv(buf)
+        };
+        if n > 0 {
+            if !peek {
+                // Reading may open the window: tell the peer now.
+                let now = self.now();
+                self.tcp_after(id, now);
+            }
+            return Some(Ok(n));
+        }
+        let ended = c.conn.recv_finished() || c.conn.state() == TcpState::Closed;
+        ended.then_some(Ok(0))
+    }
+
+    /// Queues data to send: `None` while the send buffer is full or the
+    /// handshake goes on.
+    pub fn tcp_write(&mut self, id: usize, data: &[u8]) -> Option<io::Result<usize>> {
+        if let Some(e) = self.sock_mut(id).error.take() {
+            return Some(Err(e.into()));
+        }
+        let c = self.conn_mut(id)?;
+        if c.write_shut {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the socket was shut down for writing",
+            )));
+        }
+        match c.conn.state() {
+            TcpState::SynSent | TcpState::SynReceived => None,
+            TcpState::Established | TcpState::CloseWait => {
+                let n = c.conn.send(data);
+                if n == 0 {
+                    return None;
+                }
+                let now = self.now();
+                self.tcp_after(id, now);
+                Some(Ok(n))
+            }
+            _ => Some(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the connection is closed",
+            ))),
+        }
+    }
+
+    /// `shutdown(2)`: no more writes (a FIN follows the queued data), or no more
+    /// reads (what is queued or arrives is discarded).
+    pub fn tcp_shutdown(&mut self, id: usize, read: bool, write: bool) -> io::Result<()> {
+        let Some(c) = self.conn_mut(id) else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        if matches!(c.conn.state(), TcpState::SynSent | TcpState::Closed) {
+            return Err(io::ErrorKind::NotConnected.into());
+        }
+        if write && !c.write_shut {
+            c.write_shut = true;
+            c.conn.close();
+        }
+        if read {
+            c.read_shut = true;
+        }
+        let now = self.now();
+        self.tcp_after(id, now);
+        Ok(())
+    }
+
+    /// The application closed connection or listener `id`.
+    pub(super) fn tcp_close(&mut self, id: usize) {
+        let now = self.now();
+        self.clock = now;
+        let Some(sock) = self.sock_opt(id) else {
+            return;
+        };
+        if matches!(sock.tcp.as_ref(), Some(TcpSock::Listener(_))) {
+            // Its SYN queue and accept queue go with it, reset.
+            let mut children: Vec<usize> = self
+                .sockets
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s.as_ref()?.tcp.as_ref()? {
+                    TcpSock::Conn(c) if c.listener == Some(id) => Some(i),
+                    _ => None,
+                })
+                .collect();
+            if let Some(l) = listener_in(&mut self.sockets, id) {
+                children.extend(l.ready.drain(..));
+            }
+            for child in children {
+                self.tcp_abort(child);
+                self.tcp_remove(child);
+            }
+            self.tcp_remove(id);
+            return;
+        }
+        let Some(c) = self.conn_mut(id) else {
+            return;
+        };
+        c.orphan = true;
+        if c.conn.state() == TcpState::Closed {
+            self.tcp_remove(id);
+        } else if c.conn.recv_queue_len() > 0 {
+            // RFC 2525 §2.17, as Linux: closing with unread data loses it, which
+            // the peer learns from a RST.
+            self.tcp_abort(id);
+        } else {
+            c.write_shut = true;
+            c.conn.close();
+            self.tcp_after(id, now);
+        }
+    }
+
+    /// ABORT (RFC 9293 §3.10.5): a RST now, and the connection is gone.
+    fn tcp_abort(&mut self, id: usize) {
+        let now = self.now();
+        if let Some(c) = self.conn_mut(id) {
+            c.conn.abort();
+            c.orphan = true;
+        }
+        self.tcp_after(id, now);
+    }
+
+    /// Drops socket `id` and its connection's state; its channel is unbound once
+    /// the multiplexer has taken what was sent on it.
+    fn tcp_remove(&mut self, id: usize) {
+        let Some(sock) = self.sockets.get_mut(id).and_then(Option::take) else {
+            return;
+        };
+        let mut own_channel = true;
+        if let Some(TcpSock::Conn(c)) = sock.tcp.as_ref() {
+            if let Some(peer) = sock.peer {
+                if self.tcp.tuples.get(&(sock.local, peer)) == Some(&id) {
+                    self.tcp.tuples.remove(&(sock.local, peer));
+                }
+            }
+            let st = c.conn.stats();
+            self.tcp.stats.retransmitted += st.retransmitted;
+            self.tcp.stats.timeouts += st.timeouts;
+            self.tcp.stats.fast_retransmits += st.fast_retransmits;
+            if let Some(lid) = c.listener {
+                own_channel = false;
+                if let Some(l) = listener_in(&mut self.sockets, lid) {
+                    l.embryos -= 1;
+                }
+            }
+        }
+        if own_channel {
+            self.by_channel.remove(&sock.channel);
+            self.tcp.unbinds.push((sock.channel, self.tx_stats.frames));
+        }
+    }
+
+    /// Unbinds the channels whose last frames the multiplexer has taken.
+    fn tcp_unbind_due(&mut self) {
+        if self.tcp.unbinds.is_empty() {
+            return;
+        }
+        let taken = self
+            .tx_stats
+            .frames
+            .saturating_sub(u64::from(self.tx.outstanding()));
+        let due: Vec<u32> = self
+            .tcp
+            .unbinds
+            .iter()
+            .filter(|&&(_, mark)| mark <= taken)
+            .map(|&(ch, _)| ch)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        self.tcp.unbinds.retain(|&(_, mark)| mark > taken);
+        let mut m = self.control();
+        for ch in due {
+            // The multiplexer may be gone already; then everything is reclaimed.
+            let _ = m.unbind(ch);
+        }
+    }
+
+    /// A TCP segment arrived on the channel of socket `id`.
+    pub(super) fn tcp_input(&mut self, id: usize, dg: &Ipv4Datagram) {
+        let now = self.clock;
+        if dg.dst_kind != DstKind::Unicast {
+            // RFC 1122 §4.2.3.10: no connection from a broadcast or multicast.
+            self.tcp.stats.malformed += 1;
+            return;
+        }
+        let Ok(p) = TcpPacket::new_checked(dg.payload) else {
+            self.tcp.stats.malformed += 1;
+            return;
+        };
+        let Ok(repr) = TcpRepr::parse(&p, dg.src, dg.dst) else {
+            self.tcp.stats.bad_checksum += 1;
+            return;
+        };
+        self.tcp.stats.segments += 1;
+        let local = SocketAddrV4::new(dg.dst, repr.dst_port);
+        let remote = SocketAddrV4::new(dg.src, repr.src_port);
+        if let Some(&cid) = self.tcp.tuples.get(&(local, remote)) {
+            self.tcp_segment(cid, &repr, now);
+            return;
+        }
+        let listening = matches!(self.sock(id).tcp.as_ref(), Some(TcpSock::Listener(_)))
+            && self.sock(id).local == local;
+        if listening && repr.flags & (flags::SYN | flags::ACK | flags::RST) == flags::SYN {
+            self.tcp_syn(id, local, remote, &repr, now);
+            return;
+        }
+        // RFC 9293 §3.10.7.1 (and §3.10.7.2 for an ACK to a listener).
+        if let Some(rst) = reset_for_closed(&repr) {
+            self.tcp_reply(id, local, remote, &rst);
+        }
+    }
+
+    fn tcp_segment(&mut self, id: usize, repr: &TcpRepr, now: Time) {
+        let Some(c) = conn_in(&mut self.sockets, id) else {
+            return;
+        };
+        if let Some(lid) = c.listener {
+            let full = match self.sockets.get(lid).and_then(Option::as_ref) {
+                Some(Sock { tcp: Some(t), .. }) => match t {
+                    TcpSock::Listener(l) => l.ready.len() >= l.backlog,
+                    TcpSock::Conn(_) => true,
+                },
+                _ => true,
+            };
+            if full && repr.flags & flags::ACK != 0 {
+                // As Linux: the handshake waits for room; the peer's next ACK or
+                // our SYN-ACK's retransmission completes it.
+                self.tcp.stats.accept_overflow += 1;
+                return;
+            }
+        }
+        let c = conn_in(&mut self.sockets, id).expect("checked above");
+        c.conn.handle_segment(repr, now);
+        self.tcp_mark(id);
+    }
+
+    /// A SYN for listener `lid`: a new connection in its SYN queue (RFC 9293
+    /// §3.10.7.2), if the queue has room.
+    fn tcp_syn(
+        &mut self,
+        lid: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        repr: &TcpRepr,
+        now: Time,
+    ) {
+        let channel = self.sock(lid).channel;
+        let Some(l) = listener_in(&mut self.sockets, lid) else {
+            return;
+        };
+        if l.embryos >= l.backlog {
+            self.tcp.stats.syn_dropped += 1;
+            return;
+        }
+        let mut config = l.config.clone();
+        config.max_syn_retransmissions = config.max_syn_retransmissions.min(SYNACK_RETRIES);
+        clamp_mss(&mut config, self.path_mtu(*remote.ip(), now));
+        let send_buffer = config.send_buffer;
+        let iss = initial_sequence_number(&self.tcp.key, local, remote, now);
+        let Some(conn) = Connection::accept(config, local, remote, iss, repr) else {
+            return;
+        };
+        let conn = conn.with_timestamp_offset(timestamp_offset(&self.tcp.key, local, remote));
+        if let Some(l) = listener_in(&mut self.sockets, lid) {
+            l.embryos += 1;
+        }
+        let mut s = Sock::new(Kind::Tcp, channel, local);
+        s.peer = Some(remote);
+        s.tcp = Some(TcpSock::Conn(Box::new(Conn::new(
+            conn,
+            Some(lid),
+            send_buffer,
+        ))));
+        // Not routed by channel: the channel is the listener's.
+        let id = self.insert_socket(s);
+        self.tcp.tuples.insert((local, remote), id);
+        self.tcp_mark(id);
+    }
+
+    /// Moves a connection out of its listener's SYN queue once synchronized:
+    /// binds its own channel and queues it for `accept`.
+    fn tcp_promote(&mut self, id: usize, lid: usize) {
+        let (local, remote) = {
+            let s = self.sock(id);
+            (s.local, s.peer.expect("a connection has a peer"))
+        };
+        let bound = self.control().bind_socket(
+            self.endpoint,
+            PROTO_TCP,
+            (*local.ip(), local.port()),
+            Some((*remote.ip(), remote.port())),
+        );
+        match bound {
+            Ok((channel, _)) => {
+                self.sock_mut(id).channel = channel;
+                self.by_channel.insert(channel, id);
+                if let Some(c) = self.conn_mut(id) {
+                    c.listener = None;
+                }
+                if let Some(l) = listener_in(&mut self.sockets, lid) {
+                    l.embryos -= 1;
+                    l.ready.push_back(id);
+                }
+                self.tcp.stats.accepts += 1;
+            }
+            Err(_) => {
+                // The 4-tuple is not ours to have (the multiplexer may hold it in
+                // TIME-WAIT for an application that died): reset.
+                if let Some(c) = self.conn_mut(id) {
+                    c.conn.abort();
+                }
+            }
+        }
+    }
+
+    /// Notes that connection `id` has something to answer at the end of the pump.
+    fn tcp_mark(&mut self, id: usize) {
+        if let Some(c) = conn_in(&mut self.sockets, id) {
+            if !c.dirty {
+                c.dirty = true;
+                self.tcp.dirty.push(id);
+            }
+        }
+    }
+
+    /// Runs the connections' timers due at `now`.
+    pub(super) fn tcp_timers(&mut self, now: Time) {
+        while let Some(&Reverse((t, id))) = self.tcp.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.tcp.timers.pop();
+            if let Some(c) = conn_in(&mut self.sockets, id) {
+                if c.armed == Some(t) {
+                    c.armed = None;
+                    c.conn.handle_timeout(now);
+                    self.tcp_mark(id);
+                }
+            }
+        }
+    }
+
+    /// Answers the connections marked in this pump, and unbinds what is due.
+    pub(super) fn tcp_transmit_dirty(&mut self, now: Time) {
+        if !self.tcp.dirty.is_empty() {
+            for id in std::mem::take(&mut self.tcp.dirty) {
+                if let Some(c) = conn_in(&mut self.sockets, id) {
+                    c.dirty = false;
+                    self.tcp_after(id, now);
+                }
+            }
+        }
+        self.tcp_unbind_due();
+    }
+
+    /// After anything happened to connection `id`: completes a handshake at a
+    /// listener, sends what the connection has to send, re-arms its timer and
+    /// removes it once it is done and nobody holds it.
+    fn tcp_after(&mut self, id: usize, now: Time) {
+        let Some(c) = conn_in(&mut self.sockets, id) else {
+            return;
+        };
+        if c.read_shut {
+            let mut sink = [0u8; 4096];
+            while c.conn.recv(&mut sink) > 0 {}
+        }
+        if let Some(lid) = c.listener {
+            if !matches!(c.conn.state(), TcpState::SynReceived | TcpState::Closed) {
+                self.tcp_promote(id, lid);
+            }
+        }
+        self.tcp_flush(id, now);
+        let Some(c) = conn_in(&mut self.sockets, id) else {
+            return;
+        };
+        if let Some(d) = c.conn.poll_timeout() {
+            if c.armed.is_none_or(|a| d < a) {
+                c.armed = Some(d);
+                self.tcp.timers.push(Reverse((d, id)));
+            }
+        }
+        if c.conn.state() != TcpState::Closed {
+            return;
+        }
+        let (gone, error) = (c.orphan || c.listener.is_some(), c.conn.error());
+        if !c.ended {
+            c.ended = true;
+            if let Some(e) = error {
+                self.tcp.stats.failed += 1;
+                self.sock_mut(id).error = Some(end_error(e));
+            }
+            // A closed connection answers no more segments: RFC 9293 §3.10.7.1
+            // gives the RST of a port with no connection.
+            let s = self.sock(id);
+            if let Some(peer) = s.peer {
+                let key = (s.local, peer);
+                if self.tcp.tuples.get(&key) == Some(&id) {
+                    self.tcp.tuples.remove(&key);
+                }
+            }
+        }
+        if gone {
+            self.tcp_remove(id);
+        }
+    }
+
+    /// Writes the segments connection `id` has to send into send buffers and
+    /// puts them on the tx ring. Stops, leaving the connection marked, when
+    /// buffers or ring slots run out.
+    fn tcp_flush(&mut self, id: usize, now: Time) {
+        let frames = self.frames.clone();
+        let frame_size = frames.layout().frame_size() as usize;
+        let mut pushed = false;
+        while let Some(s) = self.sock_opt(id) {
+            let (channel, local, ttl) = (s.channel, s.local, s.ttl);
+            let Some(remote) = s.peer else { break };
+            let dst = *remote.ip();
+            let mac = match self.next_hop(dst, false, now) {
+                Ok(m) => m,
+                Err(e) => {
+                    // The peer cannot be reached any more (an address change):
+                    // the connection ends with the reason.
+                    if let Some(c) = self.conn_mut(id) {
+                        if c.conn.state() != TcpState::Closed {
+                            c.conn.abort();
+                            self.sock_mut(id).error = Some(e.kind());
+                        }
+                    }
+                    break;
+                }
+            };
+            if self.tx.outstanding() >= self.tx.entries() {
+                self.tx_blocked = true;
+                self.tcp_mark(id);
+                break;
+            }
+            let Some(b) = self.tx_pool.pop() else {
+                self.tx_blocked = true;
+                self.tcp_mark(id);
+                break;
+            };
+            let Some(buf) = segment_bytes_mut(&frames, b, frame_size as u32) else {
+                self.tx_pool.push(b);
+                break;
+            };
+            let mtu = self.path_mtu(dst, now).min(frame_size - ETH_LEN);
+            let Some(c) = conn_in(&mut self.sockets, id) else {
+                self.tx_pool.push(b);
+                break;
+            };
+            let Some(n) = c
+                .conn
+                .poll_transmit(now, &mut buf[ETH_LEN + IP_LEN..ETH_LEN + mtu])
+            else {
+                self.tx_pool.push(b);
+                break;
+            };
+            let mut ip = Ipv4Repr::new(*local.ip(), dst, protocol::TCP, n);
+            ip.ttl = ttl;
+            ip.ident = self.ident;
+            // Segments are cut to the path MTU (RFC 9293 §3.7.1 via the MSS), so
+            // they need no fragmenting, as Linux sends them.
+            ip.dont_frag = true;
+            self.ident = self.ident.wrapping_add(1);
+            if ip.emit(&mut buf[ETH_LEN..]).is_err() {
+                self.tx_pool.push(b);
+                break;
+            }
+            write_eth(buf, mac.unwrap_or([0; 6]), self.info.mac);
+            let len = ETH_LEN + IP_LEN + n;
+            let Some(_) = mac else {
+                // Held until the neighbour answers; more than the cache holds
+                // are lost and retransmitted.
+                let frame = buf[..len].to_vec();
+                self.tx_pool.push(b);
+                self.arp.hold(dst, Held { channel, frame });
+                continue;
+            };
+            let r = if len <= INLINE_MAX && self.tx.has_inline() {
+                self.inline[..len].copy_from_slice(&buf[..len]);
+                self.tx_pool.push(b);
+                self.tx_stats.inline += 1;
+                self.tx.push_inline(channel, &self.inline[..len])
+            } else {
+                let r = self.tx.push(Desc::buffer(b, len as u32, channel));
+                if !matches!(r, Ok(true)) {
+                    self.tx_pool.push(b);
+                }
+                r
+            };
+            match r {
+                Ok(true) => {
+                    self.tx_stats.frames += 1;
+                    pushed = true;
+                }
+                // Checked above; a lost segment is retransmitted.
+                Ok(false) => {}
+                // The ring is broken: the next pump reports it.
+                Err(_) => break,
+            }
+        }
+        if pushed {
+            let _ = self.kick.notify_if_sleeping();
+        }
+    }
+
+    /// Sends a segment that belongs to no connection (a RST) on the channel of
+    /// socket `id`.
+    fn tcp_reply(&mut self, id: usize, local: SocketAddrV4, remote: SocketAddrV4, seg: &TcpRepr) {
+        let len = seg.buffer_len();
+        let sent = self.send(id, *remote.ip(), protocol::TCP, len, |buf| {
+            // Cannot fail: the buffer has the segment's length.
+            let _ = seg.emit(buf, *local.ip(), *remote.ip());
+        });
+        if sent.is_ok() {
+            self.tcp.stats.resets_sent += 1;
+        }
+    }
+
+    /// Before the endpoint goes: gives connections the application closed a
+    /// bounded time to deliver their data and FIN (as the kernel keeps an orphaned
+    /// socket), so a program that writes, closes and exits is not cut short.
+    /// What is still open afterwards the multiplexer resets.
+    pub(super) fn tcp_linger(&mut self) {
+        let until = Instant::now() + self.linger;
+        loop {
+            let busy = self.sockets.iter().flatten().any(|s| match s.tcp.as_ref() {
+                Some(TcpSock::Conn(c)) => matches!(
+                    c.conn.state(),
+                    TcpState::SynReceived
+                        | TcpState::FinWait1
+                        | TcpState::Closing
+                        | TcpState::LastAck
+                ),
+                _ => false,
+            });
+            if !busy || Instant::now() >= until {
+                return;
+            }
+            let now = self.now();
+            self.pump(now);
+            if self.in_process {
+                if let Ok(mut m) = self.mux.try_lock() {
+                    let _ = m.drive();
+                    continue;
+                }
+            } else if self.kick.notify_if_sleeping().is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
