@@ -19,7 +19,8 @@
 //!   against Unix sockets, pipes and UDP; raw frames over veth with AF_XDP
 //!   and AF_PACKET against kernel UDP), and the processes it starts;
 //! - [`udp`]: the `udp` suite (exonet's UDP sockets against Linux's, over
-//!   memwire and veth).
+//!   memwire and veth);
+//! - [`tcp`]: the `tcp` suite (exonet's TCP against Linux's over veth).
 
 use std::process::ExitCode;
 
@@ -33,6 +34,7 @@ pub mod endpoint;
 pub mod frames;
 pub mod measure;
 pub mod report;
+pub mod tcp;
 pub mod udp;
 
 #[derive(Debug, Args)]
@@ -54,6 +56,10 @@ pub enum Suite {
     /// side) against Linux's: round trips over memwire and veth, packet
     /// and bit rates over veth.
     Udp(udp::UdpArgs),
+    /// TCP through exonet's sockets against Linux's kernel TCP over veth:
+    /// round trips, throughput (with and without Linux's offloads) and
+    /// connections per second.
+    Tcp(tcp::TcpArgs),
 }
 
 /// Options every suite takes.
@@ -91,6 +97,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         Suite::Dpf(a) => dpf::run(a),
         Suite::Endpoint(a) => endpoint::run(a),
         Suite::Udp(a) => udp::run(a),
+        Suite::Tcp(a) => tcp::run(a),
     }
 }
 
@@ -107,6 +114,8 @@ enum ChildRole {
     Endpoint(endpoint::ChildRole),
     #[command(flatten)]
     Udp(udp::ChildRole),
+    #[command(flatten)]
+    Tcp(tcp::ChildRole),
 }
 
 /// Runs a child's role. Exit status 0, [`endpoint::peer::EXIT_SKIP`] if it
@@ -115,6 +124,7 @@ pub fn child(args: &ChildArgs) -> ExitCode {
     let r = match &args.role {
         ChildRole::Endpoint(role) => endpoint::child(role),
         ChildRole::Udp(role) => udp::child(role),
+        ChildRole::Tcp(role) => tcp::child(role),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

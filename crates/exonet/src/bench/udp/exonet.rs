@@ -5,7 +5,7 @@
 //! (`exonet-inproc`), which the socket's calls drive.
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
 use std::time::Duration;
 
@@ -45,24 +45,7 @@ impl ExonetSocket {
         remote: SocketAddrV4,
         busy: bool,
     ) -> Result<ExonetSocket, Fail> {
-        let config = StackConfig {
-            busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
-            ..StackConfig::default()
-        };
-        let stack = match serve {
-            Serve::Daemon(path) => Stack::open_with(path, &config)
-                .map_err(error(&format!("exonet stack at {}", path.display())))?,
-            Serve::Link(spec) => {
-                let ip = *local.ip();
-                // No control socket: only a memwire's rendezvous would use it.
-                let link = rig::while_busy(|| {
-                    crate::daemon::open_link(spec, &[ip], Path::new("")).map_err(Fail::Error)
-                })?;
-                let mux = Mux::new(link, vec![ip], MuxConfig::default());
-                Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), &config)
-                    .map_err(error("exonet stack in process"))?
-            }
-        };
+        let stack = open_stack(serve, *local.ip(), busy)?;
         let sock = UdpSocket::bind(&stack, local).map_err(error("bind"))?;
         sock.connect(remote).map_err(error("connect"))?;
         // A send that cannot get a buffer fails, as a lost wake-up would
@@ -73,6 +56,36 @@ impl ExonetSocket {
             sock,
             bufs: vec![[0; MAX_DATAGRAM]; BATCH],
         })
+    }
+}
+
+/// An exonet stack on `ip`, served as `serve` says, spinning [`BUSY_POLL`]
+/// before it sleeps if `busy`.
+pub fn open_stack(serve: Serve, ip: Ipv4Addr, busy: bool) -> Result<Stack, Fail> {
+    open_stack_with(
+        serve,
+        ip,
+        StackConfig {
+            busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
+            ..StackConfig::default()
+        },
+    )
+}
+
+/// An exonet stack on `ip` with this configuration.
+pub fn open_stack_with(serve: Serve, ip: Ipv4Addr, config: StackConfig) -> Result<Stack, Fail> {
+    match serve {
+        Serve::Daemon(path) => Stack::open_with(path, &config)
+            .map_err(error(&format!("exonet stack at {}", path.display()))),
+        Serve::Link(spec) => {
+            // No control socket: only a memwire's rendezvous would use it.
+            let link = rig::while_busy(|| {
+                crate::daemon::open_link(spec, &[ip], Path::new("")).map_err(Fail::Error)
+            })?;
+            let mux = Mux::new(link, vec![ip], MuxConfig::default());
+            Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), &config)
+                .map_err(error("exonet stack in process"))
+        }
     }
 }
 

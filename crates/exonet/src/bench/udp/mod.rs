@@ -68,9 +68,9 @@ use exonet::Serve;
 use node::{Role, Stack};
 use rig::{Daemons, Phases, Scratch, Side};
 
-mod exonet;
+pub mod exonet;
 mod node;
-mod rig;
+pub mod rig;
 
 #[derive(Debug, Args)]
 pub struct UdpArgs {
@@ -356,20 +356,20 @@ fn memwire(plan: &Plan, scratch: &Scratch, ports: &mut Ports, rep: &mut Reporter
 
 /// Daemons started when first needed, then shared (or their failure
 /// told again).
-struct Lazy<F> {
+pub struct Lazy<F> {
     start: F,
     daemons: Option<Result<Daemons, Fail>>,
 }
 
 impl<F: FnMut() -> Result<Daemons, Fail>> Lazy<F> {
-    fn new(start: F) -> Lazy<F> {
+    pub fn new(start: F) -> Lazy<F> {
         Lazy {
             start,
             daemons: None,
         }
     }
 
-    fn get(&mut self) -> Result<&Daemons, Fail> {
+    pub fn get(&mut self) -> Result<&Daemons, Fail> {
         self.daemons
             .get_or_insert_with(&mut self.start)
             .as_ref()

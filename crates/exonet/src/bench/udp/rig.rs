@@ -144,7 +144,7 @@ pub struct Phases {
 impl Phases {
     /// How long a node may live: starting, waiting for the other, its
     /// phases, and the sender's wait for the receiver to finish.
-    fn lifetime(&self) -> Duration {
+    pub fn lifetime(&self) -> Duration {
         self.warmup + self.window + PATIENCE * 3
     }
 }
@@ -184,7 +184,7 @@ fn node(
 }
 
 /// A value's name on the command line.
-fn name<T: ValueEnum>(v: T) -> String {
+pub fn name<T: ValueEnum>(v: T) -> String {
     v.to_possible_value()
         .map(|p| p.get_name().to_string())
         .unwrap_or_default()
@@ -201,15 +201,33 @@ pub fn pair(
     size: usize,
     ph: Phases,
 ) -> Result<(String, String), Fail> {
-    let mut p = Peer::spawn(
-        node(stack, passive, sides[1], sides[0], size, ph)?,
-        &[],
-        &name(passive),
-    )?;
-    let mut cmd = node(stack, active, sides[0], sides[1], size, ph)?;
-    let limit = ph.lifetime() + PATIENCE;
-    if active != Role::Send {
-        let mut a = Peer::spawn(cmd, &[], &name(active))?;
+    run_pair(
+        (
+            node(stack, passive, sides[1], sides[0], size, ph)?,
+            &name(passive),
+        ),
+        (
+            node(stack, active, sides[0], sides[1], size, ph)?,
+            &name(active),
+        ),
+        active == Role::Send,
+        ph.lifetime() + PATIENCE,
+    )
+}
+
+/// Runs the `passive` process, then the `active` one; both must succeed
+/// within `limit`. With `stop`, the active one runs until the passive one
+/// is done, told by the closing of the pipe given as `--stop-fd`. Their
+/// stdout: (passive, active).
+pub fn run_pair(
+    (passive, pname): (Command, &str),
+    (mut active, aname): (Command, &str),
+    stop: bool,
+    limit: Duration,
+) -> Result<(String, String), Fail> {
+    let mut p = Peer::spawn(passive, &[], pname)?;
+    if !stop {
+        let mut a = Peer::spawn(active, &[], aname)?;
         // When both fail, one may have waited in vain for the other: tell
         // both.
         let out_a = a.finish(limit).map_err(|e| match p.failed() {
@@ -219,8 +237,8 @@ pub fn pair(
         return Ok((p.finish(limit)?, out_a));
     }
     let (stop_rx, stop_tx) = kernel::pipe()?;
-    cmd.arg("--stop-fd").arg(stop_rx.as_raw_fd().to_string());
-    let mut a = Peer::spawn(cmd, &[stop_rx.as_raw_fd()], &name(active))?;
+    active.arg("--stop-fd").arg(stop_rx.as_raw_fd().to_string());
+    let mut a = Peer::spawn(active, &[stop_rx.as_raw_fd()], aname)?;
     drop(stop_rx);
     let out_p = p.finish(limit).map_err(|e| match a.failed() {
         Some(ae) => both(e, ae),

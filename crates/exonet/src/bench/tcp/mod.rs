@@ -1,0 +1,441 @@
+//! `exonet bench tcp`: TCP through exonet's sockets against Linux's.
+//!
+//! Output as every suite's (see [`crate::bench::report`]): one JSON line per
+//! (case, system, metric), then on stderr a table with the ratio of every
+//! value to exonet's and whether the goals are met.
+//!
+//! # Cases and systems
+//!
+//! Over a veth pair between two network namespaces (root only; skipped
+//! otherwise), exonet ↔ exonet against Linux ↔ Linux:
+//!
+//! - `tcp-rtt-veth`, `us_rtt` and `us_rtt_p99`: a 4-byte ping-pong over an
+//!   established connection with TCP_NODELAY (the papers' latency test).
+//! - `tcp-tput-veth` (10 MB written in 8 KB writes, the papers' throughput
+//!   test) and `tcp-bulk-veth` (1 GB; 100 MB with `--quick`), `gbps` of data
+//!   at the receiver from its first byte to the end.
+//! - `tcp-cps-veth`, `cps`: connect, a 64-byte request and answer, close, one
+//!   after the other.
+//!
+//! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace and
+//! an application on it), `exonet-inproc` (each application runs its own
+//! multiplexer on its end of the pair), `exonet-inproc-busy` (the same,
+//! spinning 200 µs before a wait sleeps; round trips only), and Linux's
+//! kernel TCP: `linux` (sleeping), `linux-busy` (non-blocking, spun on;
+//! round trips only). For throughput Linux runs twice, `linux-offload` with
+//! the veth's segmentation offloads on (its default: TSO, GSO and GRO move
+//! 64 KB at a time) and `linux-no-offload` with them off (`ethtool -K ... tso
+//! off gso off gro off`), which is the same per-packet work as exonet's. The
+//! MTU is the same, 1500, for all.
+//!
+//! Goals: round trip at most 0.8× Linux's; throughput at least Linux's
+//! without offloads and half of Linux's with them; connection rate at least
+//! Linux's.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use clap::Subcommand;
+
+use crate::bench::endpoint::peer::{self, PATIENCE};
+use crate::bench::endpoint::veth::{Net, ENDS};
+use crate::bench::report::{ratio, Fail, Outcome, Reporter};
+use crate::bench::udp::exonet::Serve;
+use crate::bench::udp::rig::{name, run_pair, Daemons, Phases, Scratch};
+use crate::bench::udp::Lazy;
+use crate::bench::RunOpts;
+use node::{Role, Stack};
+
+mod node;
+
+#[derive(Debug, clap::Args)]
+pub struct TcpArgs {
+    #[command(flatten)]
+    pub opts: RunOpts,
+}
+
+const RTT: &str = "tcp-rtt-veth";
+const TPUT: &str = "tcp-tput-veth";
+const BULK: &str = "tcp-bulk-veth";
+const CPS: &str = "tcp-cps-veth";
+const CASES: [&str; 4] = [RTT, TPUT, BULK, CPS];
+/// In the order of the table's columns.
+const SYSTEMS: [&str; 7] = [
+    "exonet",
+    "exonet-inproc",
+    "exonet-inproc-busy",
+    "linux",
+    "linux-busy",
+    "linux-offload",
+    "linux-no-offload",
+];
+const RTT_SIZE: usize = 4;
+const WRITE_SIZE: usize = 8192;
+const REQUEST_SIZE: usize = 64;
+
+/// Ports of their own for each measurement (the previous one's connections
+/// may linger in TIME-WAIT).
+struct Ports(u16);
+
+impl Ports {
+    fn next(&mut self) -> u16 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+/// What one measurement runs: a case's roles and sizes.
+struct Job {
+    roles: [Role; 2],
+    size: usize,
+    bytes: u64,
+    phases: Phases,
+}
+
+impl Job {
+    fn of(case: &str, quick: bool) -> Job {
+        let ms = Duration::from_millis;
+        let phases = |w, d| Phases {
+            warmup: ms(w),
+            window: ms(d),
+        };
+        let none = phases(0, 0);
+        match (case, quick) {
+            (RTT, true) => Job::new([Role::Pong, Role::Ping], RTT_SIZE, 0, phases(50, 200)),
+            (RTT, false) => Job::new([Role::Pong, Role::Ping], RTT_SIZE, 0, phases(200, 1000)),
+            (TPUT, _) => Job::new([Role::Sink, Role::Source], WRITE_SIZE, 10 << 20, none),
+            (BULK, true) => Job::new([Role::Sink, Role::Source], WRITE_SIZE, 100 << 20, none),
+            (BULK, false) => Job::new([Role::Sink, Role::Source], WRITE_SIZE, 1 << 30, none),
+            (_, true) => Job::new(
+                [Role::Serve, Role::Client],
+                REQUEST_SIZE,
+                0,
+                phases(50, 300),
+            ),
+            (_, false) => Job::new(
+                [Role::Serve, Role::Client],
+                REQUEST_SIZE,
+                0,
+                phases(200, 1000),
+            ),
+        }
+    }
+
+    fn new(roles: [Role; 2], size: usize, bytes: u64, phases: Phases) -> Job {
+        Job {
+            roles,
+            size,
+            bytes,
+            phases,
+        }
+    }
+
+    /// How long a measurement may take: its phases, starting, and the
+    /// transfer at no less than 100 Mbit/s.
+    fn limit(&self) -> Duration {
+        self.phases.lifetime() + PATIENCE + Duration::from_secs(self.bytes / (100_000_000 / 8))
+    }
+}
+
+fn metrics(case: &str) -> &'static [&'static str] {
+    match case {
+        RTT => &["us_rtt", "us_rtt_p99"],
+        CPS => &["cps"],
+        _ => &["gbps"],
+    }
+}
+
+fn systems(case: &str) -> &'static [&'static str] {
+    match case {
+        RTT => &[
+            "exonet-inproc",
+            "exonet-inproc-busy",
+            "exonet",
+            "linux",
+            "linux-busy",
+        ],
+        TPUT | BULK => &[
+            "exonet-inproc",
+            "exonet",
+            "linux-offload",
+            "linux-no-offload",
+        ],
+        _ => &["exonet-inproc", "exonet", "linux"],
+    }
+}
+
+fn stack_of(system: &str) -> Stack {
+    match system {
+        "exonet" => Stack::Exonet,
+        "exonet-inproc" => Stack::ExonetInproc,
+        "exonet-inproc-busy" => Stack::ExonetInprocBusy,
+        "linux-busy" => Stack::LinuxBusy,
+        _ => Stack::Linux,
+    }
+}
+
+pub fn run(args: &TcpArgs) -> ExitCode {
+    let opts = &args.opts;
+    if let Some(bad) = opts.cases.iter().find(|c| !CASES.contains(&c.as_str())) {
+        eprintln!("unknown case {bad}; the cases are: {}", CASES.join(" "));
+        return ExitCode::from(2);
+    }
+    let cases: Vec<&str> = CASES.iter().copied().filter(|c| opts.wants(c)).collect();
+    let mut rep = Reporter::new("tcp", opts.json_only);
+    match Scratch::create() {
+        Ok(scratch) => veth(opts.quick, &scratch, &cases, &mut rep),
+        Err(Fail::Error(e) | Fail::Skip(e)) => {
+            for case in &cases {
+                rep.push(case, "exonet", metrics(case)[0], Outcome::Error(e.clone()));
+            }
+        }
+    }
+    for (system, peer) in [
+        ("exonet-inproc", "linux"),
+        ("exonet-inproc-busy", "linux-busy"),
+        ("exonet-inproc-busy", "linux"),
+        ("exonet", "linux"),
+    ] {
+        goal(&mut rep, RTT, "us_rtt", system, peer, "at most 0.8x", |r| {
+            r <= 0.8
+        });
+    }
+    for case in [TPUT, BULK] {
+        for system in ["exonet-inproc", "exonet"] {
+            goal(
+                &mut rep,
+                case,
+                "gbps",
+                system,
+                "linux-no-offload",
+                "at least 1x",
+                |r| r >= 1.0,
+            );
+            goal(
+                &mut rep,
+                case,
+                "gbps",
+                system,
+                "linux-offload",
+                "at least 0.5x",
+                |r| r >= 0.5,
+            );
+        }
+    }
+    for system in ["exonet-inproc", "exonet"] {
+        goal(&mut rep, CPS, "cps", system, "linux", "at least 1x", |r| {
+            r >= 1.0
+        });
+    }
+    rep.print_table(
+        &format!(
+            "tcp: (Nx) = ratio to exonet; us_rtt: median, us_rtt_p99: 99th percentile, lower is \
+             better; gbps, cps: higher is better; {}",
+            if opts.quick { "--quick" } else { "full run" }
+        ),
+        &SYSTEMS,
+        "exonet",
+    );
+    if rep.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A footer line: `system`'s `metric` over `peer`'s in `case`, against the
+/// goal.
+fn goal(
+    rep: &mut Reporter,
+    case: &str,
+    metric: &str,
+    system: &str,
+    peer: &str,
+    want: &str,
+    met: impl Fn(f64) -> bool,
+) {
+    if let (Some(v), Some(p)) = (
+        rep.value(case, system, metric),
+        rep.value(case, peer, metric),
+    ) {
+        let r = v / p;
+        rep.note(format!(
+            "goal {case} {metric}: {system}/{peer} = {} (want {want}): {}",
+            ratio(r),
+            if met(r) { "met" } else { "not met" }
+        ));
+    }
+}
+
+fn push(rep: &mut Reporter, case: &str, system: &str, r: Result<Vec<f64>, Fail>) {
+    let metrics = metrics(case);
+    match r {
+        Ok(values) => {
+            for (m, v) in metrics.iter().zip(values) {
+                rep.push(case, system, m, Outcome::Value(v));
+            }
+        }
+        Err(Fail::Skip(why)) => rep.push(case, system, metrics[0], Outcome::Skipped(why)),
+        Err(Fail::Error(e)) => {
+            for m in metrics {
+                rep.push(case, system, m, Outcome::Error(e.clone()));
+            }
+        }
+    }
+}
+
+/// Sets the segmentation offloads of both ends of the pair.
+fn offloads(net: &Net, on: bool) -> Result<(), Fail> {
+    let state = if on { "on" } else { "off" };
+    for i in 0..2 {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &net.namespaces[i], "ethtool", "-K"])
+            .arg(&net.ifnames[i])
+            .args(["tso", state, "gso", state, "gro", state]);
+        peer::Peer::spawn(cmd, &[], "ethtool -K")?.finish(PATIENCE)?;
+    }
+    Ok(())
+}
+
+fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
+    let skip_all = |rep: &mut Reporter, why: &str| {
+        for case in cases {
+            for system in systems(case) {
+                let skipped = Outcome::Skipped(why.to_string());
+                rep.push(case, system, metrics(case)[0], skipped);
+            }
+        }
+    };
+    let Some(net) = Net::for_bench("veth", rep, skip_all) else {
+        return;
+    };
+    let netns = [0, 1].map(|i| net.namespaces[i].as_str());
+    let exonet_ips = [ENDS[0].exonet_ip, ENDS[1].exonet_ip];
+    let kernel_ips = [ENDS[0].kernel_ip, ENDS[1].kernel_ip];
+    let links = [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i]));
+    let mut ports = Ports(47300);
+    for &case in cases {
+        let job = Job::of(case, quick);
+        {
+            // Daemons for the case's exonet systems, gone before Linux runs
+            // (an XDP program on the pair changes the kernel's path).
+            let mut daemons = Lazy::new(|| {
+                Daemons::start(
+                    scratch.path(),
+                    "tcp",
+                    links.clone(),
+                    netns.map(Some),
+                    exonet_ips,
+                )
+            });
+            for &system in systems(case).iter().filter(|s| s.starts_with("exonet")) {
+                rep.progress(&format!("{case}: {system}"));
+                let stack = stack_of(system);
+                let r = if stack == Stack::Exonet {
+                    daemons.get().and_then(|d| {
+                        let serve = [0, 1].map(|i| Serve::Daemon(&d.sockets[i]));
+                        measure(stack, netns, exonet_ips, serve.map(Some), &mut ports, &job)
+                    })
+                } else {
+                    let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
+                    measure(stack, netns, exonet_ips, serve, &mut ports, &job)
+                };
+                push(rep, case, system, r);
+            }
+        }
+        for &system in systems(case).iter().filter(|s| s.starts_with("linux")) {
+            rep.progress(&format!("{case}: {system}"));
+            let off = system == "linux-no-offload";
+            let r = offloads(&net, !off).and_then(|()| {
+                measure(
+                    stack_of(system),
+                    netns,
+                    kernel_ips,
+                    [None; 2],
+                    &mut ports,
+                    &job,
+                )
+            });
+            if off {
+                // Back to the veth's default for what follows.
+                let _ = offloads(&net, true);
+            }
+            push(rep, case, system, r);
+        }
+    }
+}
+
+fn measure(
+    stack: Stack,
+    netns: [&str; 2],
+    ips: [Ipv4Addr; 2],
+    serve: [Option<Serve>; 2],
+    ports: &mut Ports,
+    job: &Job,
+) -> Result<Vec<f64>, Fail> {
+    let port = ports.next();
+    // Side 1 listens; side 0 connects from an ephemeral port.
+    let addr = [0, 1].map(|i| SocketAddrV4::new(ips[i], if i == 1 { port } else { 0 }));
+    let cmd = |i: usize, role: Role| -> Result<Command, Fail> {
+        let mut c = peer::command(Some(netns[i]))?;
+        c.arg("tcp-node")
+            .arg("--stack")
+            .arg(name(stack))
+            .arg("--role")
+            .arg(name(role))
+            .arg("--local")
+            .arg(addr[i].to_string())
+            .arg("--remote")
+            .arg(addr[1 - i].to_string())
+            .arg("--size")
+            .arg(job.size.to_string())
+            .arg("--bytes")
+            .arg(job.bytes.to_string())
+            .arg("--warmup-ms")
+            .arg(job.phases.warmup.as_millis().to_string())
+            .arg("--window-ms")
+            .arg(job.phases.window.as_millis().to_string());
+        match serve[i] {
+            Some(Serve::Daemon(socket)) => c.arg("--socket").arg(socket),
+            Some(Serve::Link(link)) => c.arg("--link").arg(link),
+            None => &mut c,
+        };
+        Ok(c)
+    };
+    let [passive, active] = job.roles;
+    let (out_p, out_a) = run_pair(
+        (cmd(1, passive)?, &name(passive)),
+        (cmd(0, active)?, &name(active)),
+        false,
+        job.limit(),
+    )?;
+    let out = if passive == Role::Sink { out_p } else { out_a };
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let nums: Vec<f64> = words
+        .iter()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    match (words.first().copied(), &nums[..]) {
+        (Some("rtt_ns"), [median, p99]) => Ok(vec![median / 1e3, p99 / 1e3]),
+        (Some("received"), [bytes, secs]) if *secs > 0.0 && *bytes as u64 == job.bytes => {
+            Ok(vec![bytes * 8.0 / secs / 1e9])
+        }
+        (Some("cps"), [cps]) => Ok(vec![*cps]),
+        _ => Err(Fail::Error(format!("the measuring process said {out:?}"))),
+    }
+}
+
+/// The suite's roles of `exonet bench-child` (see [`crate::bench::child`]).
+#[derive(Debug, Subcommand)]
+pub enum ChildRole {
+    /// One side of a `tcp` measurement.
+    TcpNode(node::TcpNodeArgs),
+}
+
+pub fn child(role: &ChildRole) -> Result<(), Fail> {
+    match role {
+        ChildRole::TcpNode(a) => node::node(a),
+    }
+}
