@@ -7,7 +7,7 @@
 use std::io;
 use std::net::Ipv4Addr;
 
-use exonet_link::memwire;
+use exonet_link::{memwire, Direction, FaultInjector, Faults, Link};
 use exonet_mux::{Daemon, DaemonConfig, InProcess, Mux, MuxConfig, Running};
 use exonet_stack::{Stack, StackConfig};
 
@@ -43,10 +43,21 @@ fn daemon(name: &str, link: memwire::MemWire, ip: Ipv4Addr) -> io::Result<Runnin
 /// A and B joined by a memwire, each a stack whose multiplexer runs in this
 /// process, on the threads that use the stack's sockets.
 pub fn in_process_pair(config: &StackConfig) -> io::Result<(Stack, Stack)> {
+    lossy_pair(config, Faults::default(), 0)
+}
+
+/// As [`in_process_pair`], with `faults` on what each host sends (seeded,
+/// so a run can be repeated).
+pub fn lossy_pair(config: &StackConfig, faults: Faults, seed: u64) -> io::Result<(Stack, Stack)> {
     let (x, y) = memwire::pair()?;
-    let host = |link: memwire::MemWire, ip: Ipv4Addr| {
-        let mux = Mux::new(Box::new(link), vec![ip], MuxConfig::default());
+    let host = |link: memwire::MemWire, ip: Ipv4Addr, seed: u64| {
+        let link: Box<dyn Link> = if faults == Faults::default() {
+            Box::new(link)
+        } else {
+            Box::new(FaultInjector::new(link, seed).with_faults(Direction::Tx, faults))
+        };
+        let mux = Mux::new(link, vec![ip], MuxConfig::default());
         Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), config)
     };
-    Ok((host(x, A)?, host(y, B)?))
+    Ok((host(x, A, seed)?, host(y, B, seed ^ 0x9e37_79b9)?))
 }

@@ -28,6 +28,12 @@
 //! off gso off gro off`), which is the same per-packet work as exonet's. The
 //! MTU is the same, 1500, for all.
 //!
+//! In this process, over an in-memory cable (no privileges needed), one
+//! connection between two threads, each stack with its multiplexer in
+//! process: `tcp-tput-memwire`, 100 MB (20 MB with `--quick`), and
+//! `tcp-loss-memwire`, the same with 1% of the frames lost each way (goodput
+//! and segments retransmitted).
+//!
 //! Goals: round trip at most 0.8× Linux's; throughput at least Linux's
 //! without offloads and half of Linux's with them; connection rate at least
 //! Linux's.
@@ -37,6 +43,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::Subcommand;
+use exonet_link::Faults;
+use exonet_stack::StackConfig;
 
 use crate::bench::endpoint::peer::{self, PATIENCE};
 use crate::bench::endpoint::veth::{Net, ENDS};
@@ -47,6 +55,7 @@ use crate::bench::udp::Lazy;
 use crate::bench::RunOpts;
 use node::{Role, Stack};
 
+mod memwire;
 mod node;
 
 #[derive(Debug, clap::Args)]
@@ -59,7 +68,9 @@ const RTT: &str = "tcp-rtt-veth";
 const TPUT: &str = "tcp-tput-veth";
 const BULK: &str = "tcp-bulk-veth";
 const CPS: &str = "tcp-cps-veth";
-const CASES: [&str; 4] = [RTT, TPUT, BULK, CPS];
+const MEMWIRE: &str = "tcp-tput-memwire";
+const LOSS: &str = "tcp-loss-memwire";
+const CASES: [&str; 6] = [RTT, TPUT, BULK, CPS, MEMWIRE, LOSS];
 /// In the order of the table's columns.
 const SYSTEMS: [&str; 7] = [
     "exonet",
@@ -142,6 +153,7 @@ fn metrics(case: &str) -> &'static [&'static str] {
     match case {
         RTT => &["us_rtt", "us_rtt_p99"],
         CPS => &["cps"],
+        LOSS => &["gbps", "retransmitted"],
         _ => &["gbps"],
     }
 }
@@ -161,6 +173,7 @@ fn systems(case: &str) -> &'static [&'static str] {
             "linux-offload",
             "linux-no-offload",
         ],
+        MEMWIRE | LOSS => &["exonet"],
         _ => &["exonet-inproc", "exonet", "linux"],
     }
 }
@@ -183,8 +196,13 @@ pub fn run(args: &TcpArgs) -> ExitCode {
     }
     let cases: Vec<&str> = CASES.iter().copied().filter(|c| opts.wants(c)).collect();
     let mut rep = Reporter::new("tcp", opts.json_only);
+    for case in cases.iter().filter(|c| c.ends_with("memwire")) {
+        in_memory(case, opts.quick, &mut rep);
+    }
+    let cases: Vec<&str> = cases.into_iter().filter(|c| c.ends_with("veth")).collect();
     match Scratch::create() {
-        Ok(scratch) => veth(opts.quick, &scratch, &cases, &mut rep),
+        Ok(scratch) if !cases.is_empty() => veth(opts.quick, &scratch, &cases, &mut rep),
+        Ok(_) => {}
         Err(Fail::Error(e) | Fail::Skip(e)) => {
             for case in &cases {
                 rep.push(case, "exonet", metrics(case)[0], Outcome::Error(e.clone()));
@@ -282,6 +300,26 @@ fn push(rep: &mut Reporter, case: &str, system: &str, r: Result<Vec<f64>, Fail>)
                 rep.push(case, system, m, Outcome::Error(e.clone()));
             }
         }
+    }
+}
+
+/// A bulk transfer over memwire: clean, or with 1% of frames lost each way.
+fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
+    let bytes: u64 = if quick { 20 << 20 } else { 100 << 20 };
+    let faults = if case == LOSS {
+        Faults {
+            loss_rate: 0.01,
+            ..Faults::default()
+        }
+    } else {
+        Faults::default()
+    };
+    for &system in systems(case) {
+        rep.progress(&format!("{case}: {system}"));
+        let config = StackConfig::default();
+        let r = memwire::transfer(&config, faults, bytes, 1)
+            .map(|t| vec![t.gbps, t.retransmitted as f64]);
+        push(rep, case, system, r);
     }
 }
 

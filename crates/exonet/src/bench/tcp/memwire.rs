@@ -1,0 +1,81 @@
+//! The memwire cases: two stacks, each with its multiplexer in process, on an
+//! in-memory cable in this process (faults injected on what each sends), one
+//! connection carrying a bulk transfer between two threads.
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::thread;
+use std::time::Instant;
+
+use exonet::hosts::{lossy_pair, B};
+use exonet_link::Faults;
+use exonet_stack::{StackConfig, TcpListener, TcpStream};
+
+use crate::bench::endpoint::error;
+use crate::bench::endpoint::peer::PATIENCE;
+use crate::bench::report::Fail;
+
+const PORT: u16 = 5001;
+const WRITE: usize = 8192;
+
+/// What a transfer achieved.
+pub struct Transfer {
+    /// Data bits per second at the receiver, from its first byte to the end.
+    pub gbps: f64,
+    /// Segments the sender sent again.
+    pub retransmitted: u64,
+}
+
+/// Sends `bytes` from host A to host B over a cable with `faults`, with the
+/// stacks set up as `config` says.
+pub fn transfer(
+    config: &StackConfig,
+    faults: Faults,
+    bytes: u64,
+    seed: u64,
+) -> Result<Transfer, Fail> {
+    let (sa, sb) = lossy_pair(config, faults, seed).map_err(error("memwire pair"))?;
+    let listener = TcpListener::bind(&sb, (B, PORT)).map_err(error("listen"))?;
+    listener
+        .set_accept_timeout(Some(PATIENCE))
+        .map_err(error("accept timeout"))?;
+    let receiver = thread::spawn(move || -> Result<(u64, f64), Fail> {
+        let (mut s, _) = listener.accept().map_err(error("accept"))?;
+        s.set_read_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut total, mut first) = (0u64, None);
+        loop {
+            let n = s.read(&mut buf).map_err(error("read"))?;
+            if n == 0 {
+                break;
+            }
+            first.get_or_insert_with(Instant::now);
+            total += n as u64;
+        }
+        Ok((total, first.map_or(0.0, |t| t.elapsed().as_secs_f64())))
+    });
+    let mut c = TcpStream::connect_timeout(&sa, (B, PORT), PATIENCE).map_err(error("connect"))?;
+    c.set_write_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
+    c.set_read_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
+    let chunk = vec![0x5au8; WRITE];
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(WRITE as u64) as usize;
+        c.write_all(&chunk[..n]).map_err(error("write"))?;
+        left -= n as u64;
+    }
+    c.shutdown(Shutdown::Write).map_err(error("shutdown"))?;
+    let mut rest = [0u8; 16];
+    while c.read(&mut rest).map_err(error("read"))? > 0 {}
+    let retransmitted = c.info().map_err(error("info"))?.stats.retransmitted;
+    let (total, secs) = receiver
+        .join()
+        .map_err(|_| Fail::Error("the receiver panicked".into()))??;
+    if total != bytes || secs <= 0.0 {
+        return Err(Fail::Error(format!("received {total} of {bytes} bytes")));
+    }
+    Ok(Transfer {
+        gbps: total as f64 * 8.0 / secs / 1e9,
+        retransmitted,
+    })
+}
