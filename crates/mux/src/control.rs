@@ -658,7 +658,7 @@ pub(crate) fn refused(e: MuxError) -> (ErrorCode, String) {
         MuxError::NoSuchChannel(_) => ErrorCode::NoSuchChannel,
         MuxError::Filter(_) => ErrorCode::BadFilter,
         MuxError::NotPermitted(_) => ErrorCode::NotPermitted,
-        MuxError::PortInUse { .. } => ErrorCode::PortInUse,
+        MuxError::PortInUse { .. } | MuxError::InTimeWait { .. } => ErrorCode::PortInUse,
         MuxError::NoPortsLeft(_) => ErrorCode::NoPortsLeft,
         MuxError::NotOurAddress(_) => ErrorCode::NotOurAddress,
     };

@@ -14,6 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use crate::conn::Tuple;
 use crate::ident::Idents;
 use crate::Proto;
 use exonet_stack::{ReasmConfig, Reassembler, Time};
@@ -119,6 +120,24 @@ pub struct HostStats {
     pub echo_frag_bytes_held: u64,
     /// Cycles ([`crate::cycles`]) spent on frames no channel accepted.
     pub cycles: u64,
+    /// RSTs the multiplexer sent for connections whose application went
+    /// away, or unbound them, before they finished (Thekkath §III-D).
+    pub tcp_aborted: u64,
+    /// Connections in TIME-WAIT the multiplexer took over from their
+    /// application.
+    pub time_wait_held: u64,
+    /// ACKs sent for held connections (RFC 9293 §3.10.7.4).
+    pub time_wait_acks: u64,
+    /// RSTs to held connections, ignored (RFC 1337).
+    pub time_wait_rst_ignored: u64,
+    /// Held connections whose 2×MSL ran out.
+    pub time_wait_expired: u64,
+    /// Held connections dropped early to stay within
+    /// [`crate::MuxConfig::time_wait_max`], oldest first (or not held at all
+    /// for want of room or of a filter).
+    pub time_wait_evicted: u64,
+    /// Now: connections held in TIME-WAIT.
+    pub time_wait_now: u64,
 }
 
 impl HostStats {
@@ -144,6 +163,13 @@ impl HostStats {
             ("echo_frag_invalid", self.echo_frag_invalid),
             ("echo_frag_bytes_held", self.echo_frag_bytes_held),
             ("cycles", self.cycles),
+            ("tcp_aborted", self.tcp_aborted),
+            ("time_wait_held", self.time_wait_held),
+            ("time_wait_acks", self.time_wait_acks),
+            ("time_wait_rst_ignored", self.time_wait_rst_ignored),
+            ("time_wait_expired", self.time_wait_expired),
+            ("time_wait_evicted", self.time_wait_evicted),
+            ("time_wait_now", self.time_wait_now),
         ]
     }
 }
@@ -316,12 +342,45 @@ impl Host {
         }
     }
 
-    fn queue(&mut self, frame: Vec<u8>) {
+    /// Queues a frame for the link; false if the queue was full (counted).
+    fn queue(&mut self, frame: Vec<u8>) -> bool {
         if self.out.len() >= self.config.queue {
             self.stats.queue_dropped += 1;
+            false
         } else {
             self.out.push_back(frame);
+            true
         }
+    }
+
+    /// Takes a token from the refusal budget, or counts the answer not
+    /// sent.
+    pub fn take_token(&mut self, now: Instant) -> bool {
+        let ok = self.bucket.take(now);
+        if !ok {
+            self.stats.rate_limited += 1;
+        }
+        ok
+    }
+
+    /// Queues a bare TCP segment of the multiplexer's own on a connection
+    /// (an abandoned one's RST, a held one's ACK), to the next hop `to`.
+    /// Whether it was queued.
+    pub fn send_tcp(&mut self, to: MacAddr, t: Tuple, fl: u8, seq: u32, ack: u32) -> bool {
+        let f = build::tcp_frame(
+            self.mac,
+            to,
+            t.local.0,
+            t.remote.0,
+            t.local.1,
+            t.remote.1,
+            fl,
+            seq,
+            ack,
+            &[],
+            &[],
+        );
+        self.queue(f)
     }
 
     fn ours(&self, a: Ipv4Addr) -> bool {

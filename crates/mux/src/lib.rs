@@ -39,7 +39,15 @@
 //! channels ([`Mux::bind_socket`]), and refuses raw
 //! filters and templates of unprivileged endpoints that could receive or
 //! send what is not theirs ([`Mux::bind_channel`]).
+//!
+//! A TCP connection channel (a remote given) is followed from the segments
+//! that pass through (the `conn` module). When it goes, unbound or with its
+//! endpoint, its connection is reset if it was not finished, or held in
+//! TIME-WAIT by the multiplexer for what remains of 2×MSL, as Thekkath's
+//! registry server inherits the connections of an application that exits
+//! (§III-D).
 
+mod conn;
 pub mod control;
 pub mod cycles;
 pub mod frag;
@@ -59,6 +67,7 @@ use std::time::{Duration, Instant};
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
 use exonet_link::Link;
 use exonet_shm::{Desc, IdMap, MuxEndpoint, INLINE_MAX};
+use exonet_wire::tcp::flags;
 
 pub use control::{Daemon, DaemonConfig, Running, StopHandle};
 pub use frag::{FragKind, FragPool, FragStats};
@@ -67,6 +76,7 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
+use conn::{ConnTrack, Fate, TimeWaits, Tuple};
 use frag::To;
 use host::Host;
 use ident::{Idents, TxFrags};
@@ -126,6 +136,13 @@ pub enum MuxError {
     },
     NoPortsLeft(Proto),
     NotOurAddress(Ipv4Addr),
+    /// The multiplexer holds this TCP connection in TIME-WAIT for an
+    /// application that went away (Thekkath §III-D); its port may still
+    /// listen, or connect elsewhere.
+    InTimeWait {
+        local: (Ipv4Addr, u16),
+        remote: (Ipv4Addr, u16),
+    },
 }
 
 impl fmt::Display for MuxError {
@@ -138,6 +155,11 @@ impl fmt::Display for MuxError {
             MuxError::PortInUse { proto, port } => write!(f, "{proto:?} port {port} is in use"),
             MuxError::NoPortsLeft(p) => write!(f, "no {p:?} ports left"),
             MuxError::NotOurAddress(a) => write!(f, "{a} is not an address of this host"),
+            MuxError::InTimeWait { local, remote } => write!(
+                f,
+                "TCP {}:{} to {}:{} is in TIME-WAIT",
+                local.0, local.1, remote.0, remote.1
+            ),
         }
     }
 }
@@ -181,6 +203,13 @@ pub struct MuxConfig {
     /// How long after its head a datagram's body fragments may still be
     /// sent (at most a day).
     pub tx_frag_timeout: Duration,
+    /// The maximum segment lifetime: a TCP connection whose application
+    /// goes in TIME-WAIT is held 2×MSL after the peer's FIN arrived (30 s,
+    /// as Linux's 60 s TIME-WAIT; at most a day).
+    pub msl: Duration,
+    /// Most TCP connections held in TIME-WAIT at once; a new one evicts the
+    /// one that would expire first.
+    pub time_wait_max: usize,
     pub host: HostConfig,
 }
 
@@ -197,6 +226,8 @@ impl Default for MuxConfig {
             frag_datagrams: 1024,
             tx_frag_datagrams: 64,
             tx_frag_timeout: Duration::from_secs(5),
+            msl: Duration::from_secs(30),
+            time_wait_max: 4096,
             host: HostConfig::default(),
         }
     }
@@ -352,6 +383,7 @@ impl ChannelStats {
             ("tx_bytes", self.tx_bytes),
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_frag_no_head", self.tx_frag_no_head),
+            ("tcp_malformed", self.tcp_malformed),
         ]
     }
 }
@@ -375,6 +407,10 @@ pub struct ChannelStats {
     /// Body fragments on it without a recent head (see
     /// [`EndpointStats::tx_frag_no_head`]).
     pub tx_frag_no_head: u64,
+    /// Frames on a TCP connection channel, sent or received, whose segment
+    /// the connection tracking could not read (the `conn` module); they
+    /// went their way untracked.
+    pub tcp_malformed: u64,
 }
 
 /// A snapshot of one channel.
@@ -447,6 +483,9 @@ struct Channel {
     /// fragments: for socket channels and every channel of an unprivileged
     /// endpoint (a privileged raw channel sends what it likes).
     frags: Option<TxFrags>,
+    /// What the multiplexer follows of a TCP connection channel's
+    /// connection, to reset it or hold its TIME-WAIT when the channel goes.
+    conn: Option<ConnTrack>,
 }
 
 /// The multiplexer.
@@ -461,6 +500,8 @@ pub struct Mux {
     ports: Ports,
     host: Host,
     frag: FragPool,
+    /// TCP connections in TIME-WAIT whose application went away.
+    time_wait: TimeWaits,
     rx_unmatched: u64,
     rx_truncated: u64,
     slot: usize,
@@ -486,6 +527,7 @@ impl Mux {
             ports: Ports::default(),
             host: Host::new(config.host, mac, addrs, link.mtu(), Instant::now()),
             frag: FragPool::new(&config),
+            time_wait: TimeWaits::new(config.time_wait_max),
             rx_unmatched: 0,
             rx_truncated: 0,
             slot,
@@ -536,22 +578,104 @@ impl Mux {
     }
 
     /// Stops serving an endpoint and reclaims everything it held: its
-    /// channels, their filters, its ports. Returns its side of the segment.
+    /// channels, their filters, its ports. Its TCP connections are reset,
+    /// or held in TIME-WAIT (see [`Mux::unbind_channel`]). Returns its side
+    /// of the segment.
     pub fn remove_endpoint(&mut self, id: EndpointId) -> Result<MuxEndpoint, MuxError> {
         let e = self
             .endpoints
             .remove(&id)
             .ok_or(MuxError::NoSuchEndpoint(id))?;
+        let now = Instant::now();
         for &ch in &e.channels {
             self.frag.forget_channel(ch);
             if let Some(c) = self.channels.remove(&ch.0) {
                 // The filter was installed by us; deleting it cannot fail
                 // unless the id is unknown, which would be a bug here.
                 let _ = self.dpf.delete(c.filter);
+                self.abandon(&c, now);
             }
         }
         self.ports.release_all(id);
         Ok(e.ep)
+    }
+
+    /// 2×MSL.
+    fn time_wait_span(&self) -> Duration {
+        self.config.msl.min(frag::MAX_TIMEOUT) * 2
+    }
+
+    /// A channel is gone: if it carried a TCP connection, reset it or hold
+    /// its TIME-WAIT, as the registry server does for an application that
+    /// exits (Thekkath §III-D).
+    fn abandon(&mut self, c: &Channel, now: Instant) {
+        let (Some(conn), Some(spec)) = (&c.conn, c.spec) else {
+            return;
+        };
+        let Some(remote) = spec.remote else {
+            return;
+        };
+        let t = Tuple {
+            local: (spec.local_addr, spec.local_port),
+            remote,
+        };
+        match conn.fate(now, self.time_wait_span()) {
+            Fate::Done => {}
+            Fate::Reset { seq, to } => {
+                // RFC 9293 §3.10.5 ABORT: <SEQ=SND.NXT><CTL=RST>; SND.MAX is
+                // the peer's RCV.NXT when it has everything (RFC 5961 §3.2).
+                if self.host.send_tcp(to, t, flags::RST, seq, 0) {
+                    self.host.stats.tcp_aborted += 1;
+                }
+                // What the link does not take now goes with the next poll.
+                let _ = self.flush_host();
+            }
+            Fate::TimeWait { until, seq, ack } => self.hold_time_wait(&spec, t, until, seq, ack),
+        }
+    }
+
+    /// Holds a connection in TIME-WAIT until `until`: a filter of the
+    /// multiplexer's own takes its 4-tuple (so that a listener on the port
+    /// does not get the old connection's segments), and its port is not
+    /// handed out as an ephemeral one.
+    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, until: Instant, seq: u32, ack: u32) {
+        // Another channel of the same 4-tuple was held before: this one is
+        // the later incarnation.
+        if let Some(old) = self.time_wait.remove_tuple(&t) {
+            self.release_time_wait(old);
+        }
+        while self.time_wait.len() >= self.time_wait.max() {
+            let Some(old) = self.time_wait.pop_oldest() else {
+                break;
+            };
+            self.release_time_wait(old);
+            self.host.stats.time_wait_evicted += 1;
+        }
+        let filter = match self.time_wait.max() {
+            0 => None,
+            _ => self.dpf.insert(&registry::socket_filter(spec)).ok(),
+        };
+        let Some(filter) = filter else {
+            self.host.stats.time_wait_evicted += 1;
+            return;
+        };
+        self.ports.hold(Proto::Tcp, t.local.1);
+        self.time_wait.insert(filter.0, t, seq, ack, until);
+        self.host.stats.time_wait_held += 1;
+    }
+
+    /// Frees what a held connection took: its filter and its port.
+    fn release_time_wait(&mut self, (filter, t): (u32, Tuple)) {
+        let _ = self.dpf.delete(FilterId(filter));
+        self.ports.unhold(Proto::Tcp, t.local.1);
+    }
+
+    /// Ends the holds whose 2×MSL ran out by `now`.
+    fn expire_time_wait(&mut self, now: Instant) {
+        while let Some(old) = self.time_wait.pop_expired(now) {
+            self.release_time_wait(old);
+            self.host.stats.time_wait_expired += 1;
+        }
     }
 
     /// Sets an endpoint's transmit weight (at least 1).
@@ -608,6 +732,9 @@ impl Mux {
         });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
+        let conn = spec
+            .is_some_and(|s| s.proto == Proto::Tcp && s.remote.is_some())
+            .then(ConnTrack::default);
         let text = filters
             .iter()
             .map(|f| f.to_string())
@@ -624,6 +751,7 @@ impl Mux {
                 handler: None,
                 spec,
                 frags,
+                conn,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {
@@ -649,6 +777,12 @@ impl Mux {
             .privileged;
         if !self.host.addrs.contains(&spec.local_addr) {
             return Err(MuxError::NotOurAddress(spec.local_addr));
+        }
+        if let (Proto::Tcp, Some(remote)) = (spec.proto, spec.remote) {
+            let local = (spec.local_addr, spec.local_port);
+            if self.time_wait.contains(&Tuple { local, remote }) {
+                return Err(MuxError::InTimeWait { local, remote });
+            }
         }
         let port = self
             .ports
@@ -695,6 +829,12 @@ impl Mux {
     }
 
     /// Removes a channel: its filter, and the port hold of a socket channel.
+    /// A TCP connection channel's connection that has not finished is
+    /// reset (its application abandoned it); one in TIME-WAIT is held by
+    /// the multiplexer for what remains of 2×MSL ([`MuxConfig::msl`]):
+    /// segments on it are acknowledged, a connected channel of the same
+    /// 4-tuple is refused ([`MuxError::InTimeWait`]) and the port is not
+    /// handed out as an ephemeral one meanwhile.
     pub fn unbind_channel(&mut self, ch: ChannelId) -> Result<(), MuxError> {
         let c = self
             .channels
@@ -708,6 +848,7 @@ impl Mux {
         if let Some(e) = self.endpoints.get_mut(&c.endpoint) {
             e.channels.retain(|&x| x != ch);
         }
+        self.abandon(&c, Instant::now());
         Ok(())
     }
 
@@ -791,7 +932,10 @@ impl Mux {
                 v
             },
             link: self.link.stats(),
-            host: self.host.stats(),
+            host: HostStats {
+                time_wait_now: self.time_wait.len() as u64,
+                ..self.host.stats()
+            },
             rx_unmatched: self.rx_unmatched,
             rx_truncated: self.rx_truncated,
             frag: self.frag.stats(),
@@ -942,10 +1086,13 @@ impl Mux {
         let n = n.min(self.lens.len());
         // The clock is read only when there is something to time: an empty
         // poll of a busy-polling loop costs no clock read.
-        if n > 0 || !self.frag.is_empty() || self.host.reassembling() || clock.is_some() {
+        let timing =
+            !self.frag.is_empty() || self.host.reassembling() || !self.time_wait.is_empty();
+        if n > 0 || timing || clock.is_some() {
             let now = clock.unwrap_or_else(Instant::now);
             self.frag.expire(now);
             self.host.expire(now);
+            self.expire_time_wait(now);
             if n > 0 {
                 self.deliver_batch(n, now);
             }
@@ -1013,20 +1160,29 @@ impl Mux {
                 };
                 let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
                 let free_retries = self.config.free_retries;
-                let owner = chan
-                    .and_then(|c| to_channel(channels, endpoints, free_retries, c, frame, &waited));
+                let owner = chan.and_then(|c| {
+                    to_channel(channels, endpoints, free_retries, c, frame, &waited, clock)
+                });
                 let t = cycles::now();
                 let Some((e, copy)) = owner else {
-                    if to == To::Host {
-                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
-                            self.host.on_echo_fragment(f, clock);
+                    // A filter without a channel: a connection the
+                    // multiplexer holds in TIME-WAIT.
+                    if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
+                        let span = self.time_wait_span();
+                        self.time_wait
+                            .on_segment(c, frame, clock, span, &mut self.host);
+                    } else {
+                        if to == To::Host {
+                            for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+                                self.host.on_echo_fragment(f, clock);
+                            }
                         }
-                    }
-                    // Body fragments held or dropped are the pool's to count.
-                    if kind != FragKind::Body {
-                        self.rx_unmatched += 1;
-                        if to != To::Host {
-                            self.host.on_unmatched(frame, clock);
+                        // Body fragments held or dropped are the pool's to count.
+                        if kind != FragKind::Body {
+                            self.rx_unmatched += 1;
+                            if to != To::Host {
+                                self.host.on_unmatched(frame, clock);
+                            }
                         }
                     }
                     let done = cycles::now();
@@ -1158,8 +1314,9 @@ fn route_icmp_error(
 
 /// Runs the channel's handler on a frame, then on the fragments that
 /// waited for it, and delivers each it did not consume to the channel's
-/// endpoint. Returns that endpoint, to charge, and the time spent copying
-/// into its segment; `None` if the channel or its endpoint is gone.
+/// endpoint; a connection channel's tracking sees each first, at `now`.
+/// Returns that endpoint, to charge, and the time spent copying into its
+/// segment; `None` if the channel or its endpoint is gone.
 fn to_channel<'e>(
     channels: &mut IdMap<Channel>,
     endpoints: &'e mut BTreeMap<EndpointId, Endpoint>,
@@ -1167,6 +1324,7 @@ fn to_channel<'e>(
     chan: u32,
     frame: &[u8],
     waited: &[Box<[u8]>],
+    now: Instant,
 ) -> Option<(&'e mut Endpoint, u64)> {
     let ch = channels.get_mut(&chan)?;
     let e = endpoints.get_mut(&ch.endpoint)?;
@@ -1174,6 +1332,11 @@ fn to_channel<'e>(
     for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
+        if let Some(conn) = &mut ch.conn {
+            if !conn.on_received(f, now) {
+                ch.stats.tcp_malformed += 1;
+            }
+        }
         let verdict = match &mut ch.handler {
             Some(h) => h.on_frame(f),
             None => HandlerVerdict::Deliver,
@@ -1453,6 +1616,11 @@ fn tx_turn(
                                     ch.stats.tx_frames += 1;
                                     ch.stats.tx_bytes += len as u64;
                                     turn.sent += 1;
+                                    if let Some(conn) = &mut ch.conn {
+                                        if !conn.on_sent(frame) {
+                                            ch.stats.tcp_malformed += 1;
+                                        }
+                                    }
                                 }
                                 Err(err) => {
                                     e.stats.tx_link_error += 1;

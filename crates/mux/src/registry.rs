@@ -226,9 +226,14 @@ pub fn filter_pins(f: &Filter) -> FilterPins {
 
 /// Port ownership: each (protocol, port) belongs to at most one endpoint,
 /// which may hold it several times (a listening and connected channels).
+/// The multiplexer itself holds the local port of each TCP connection it
+/// keeps in TIME-WAIT: such a port is not handed out as an ephemeral one,
+/// but may be bound by name (a listener, or a connection elsewhere).
 #[derive(Debug, Default)]
 pub(crate) struct Ports {
     owners: HashMap<(Proto, u16), (EndpointId, u32)>,
+    /// The multiplexer's holds, by count.
+    held: HashMap<(Proto, u16), u32>,
     next: [u16; 3],
 }
 
@@ -251,6 +256,9 @@ impl Ports {
             let start = self.next[proto.index()];
             for i in 0..span {
                 let p = EPHEMERAL_FIRST + ((start as u32 + i) % span) as u16;
+                if self.held.contains_key(&(proto, p)) {
+                    continue;
+                }
                 if let std::collections::hash_map::Entry::Vacant(v) = self.owners.entry((proto, p))
                 {
                     v.insert((ep, 1));
@@ -289,6 +297,21 @@ impl Ports {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// One more hold of the multiplexer's on a port.
+    pub fn hold(&mut self, proto: Proto, port: u16) {
+        *self.held.entry((proto, port)).or_default() += 1;
+    }
+
+    /// Drops one hold of the multiplexer's on a port.
+    pub fn unhold(&mut self, proto: Proto, port: u16) {
+        if let std::collections::hash_map::Entry::Occupied(mut o) = self.held.entry((proto, port)) {
+            *o.get_mut() -= 1;
+            if *o.get() == 0 {
+                o.remove();
+            }
         }
     }
 
@@ -433,6 +456,30 @@ mod tests {
         p.release_all(b);
         assert_eq!(p.owned_by(b), vec![]);
         assert_eq!(p.owned_by(a), vec![(Proto::Udp, 53)]);
+    }
+
+    #[test]
+    fn held_ports_are_not_ephemeral() {
+        let (a, b) = (EndpointId(1), EndpointId(2));
+        let mut p = Ports::default();
+        let first = p.allocate(Proto::Tcp, 0, a, false).unwrap();
+        assert!(p.release(Proto::Tcp, first, a));
+        p.hold(Proto::Tcp, first);
+        p.hold(Proto::Tcp, first);
+        p.unhold(Proto::Tcp, first);
+        let n = (EPHEMERAL_LAST - EPHEMERAL_FIRST) as usize + 1;
+        for _ in 0..n - 1 {
+            assert_ne!(p.allocate(Proto::Tcp, 0, a, false), Ok(first));
+        }
+        assert_eq!(
+            p.allocate(Proto::Tcp, 0, a, false),
+            Err(MuxError::NoPortsLeft(Proto::Tcp))
+        );
+        // By name it binds, and released it stays held.
+        assert_eq!(p.allocate(Proto::Tcp, first, b, false), Ok(first));
+        assert!(p.release(Proto::Tcp, first, b));
+        p.unhold(Proto::Tcp, first);
+        assert_eq!(p.allocate(Proto::Tcp, 0, a, false), Ok(first));
     }
 
     #[test]

@@ -17,10 +17,11 @@ use exonet_link::Link;
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, StopHandle};
 use exonet_shm::control::{
     Client, ControlError, ErrorCode, Record, Reply, Request, SeqPacket, WireField, PROTO_ICMP,
-    PROTO_UDP,
+    PROTO_TCP, PROTO_UDP,
 };
 use exonet_shm::{AppEndpoint, Desc, Segment};
 use exonet_wire::build;
+use exonet_wire::tcp::flags::{ACK, RST, SYN};
 
 struct TestDaemon {
     stop: StopHandle,
@@ -226,6 +227,89 @@ fn closing_the_connection_reclaims_everything() {
     watcher
         .bind_socket(e, PROTO_UDP, (HOST, 7010), None)
         .unwrap();
+}
+
+#[test]
+fn closing_the_connection_resets_its_tcp_connections() {
+    let mut d = TestDaemon::start("tcp");
+    let mut watcher = d.client();
+    let port = {
+        let mut a = d.client();
+        let (ep, mut app, bufs) = endpoint(&mut a);
+        let (ch, port) = a
+            .bind_socket(ep, PROTO_TCP, (HOST, 0), Some((PEER, 80)))
+            .unwrap();
+        let ours = |fl, seq, ack, data: &[u8]| {
+            build::tcp_frame(
+                HOST_MAC,
+                PEER_MAC,
+                HOST,
+                PEER,
+                port,
+                80,
+                fl,
+                seq,
+                ack,
+                &[],
+                data,
+            )
+        };
+        let mut out = Vec::new();
+        send(&mut app, bufs[0], &ours(SYN, 100, 0, &[]), ch);
+        let syn_ack = build::tcp_frame(
+            PEER_MAC,
+            HOST_MAC,
+            PEER,
+            HOST,
+            80,
+            port,
+            SYN | ACK,
+            900,
+            101,
+            &[],
+            &[],
+        );
+        d.wire.send_batch(&[&syn_ack]).unwrap();
+        until("the SYN-ACK reaches the application", || {
+            wait_rx(&mut a, &app);
+            !drain_rx(&mut app).is_empty()
+        });
+        send(&mut app, bufs[1], &ours(ACK, 101, 901, b"data"), ch);
+        until("both segments reach the wire", || {
+            out.extend(drain_wire(&mut d.wire));
+            out.len() == 2
+        });
+        port
+    };
+    let mut rst = Vec::new();
+    until("the multiplexer resets the connection", || {
+        rst.extend(drain_wire(&mut d.wire));
+        !rst.is_empty()
+    });
+    let want = build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        port,
+        80,
+        RST,
+        105,
+        0,
+        &[],
+        &[],
+    );
+    assert_eq!(rst, vec![want]);
+    let host = records(&mut watcher, "host");
+    assert_eq!(host[0].get("tcp_aborted"), Some(1));
+    assert_eq!(host[0].get("time_wait_now"), Some(0));
+}
+
+fn wait_rx(c: &mut Client, app: &AppEndpoint) {
+    c.wait(app, Some(Duration::from_millis(50)), || {
+        app.rx.has_pending()
+    })
+    .unwrap();
 }
 
 /// A raw connection that says hello.

@@ -1,0 +1,623 @@
+//! TCP connections whose application goes (Thekkath §III-D): the
+//! multiplexer resets what was abandoned and holds TIME-WAIT, checked on
+//! the wire with etherparse.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use etherparse::{Ipv4HeaderSlice, TcpSlice};
+use exonet_link::memwire::MemWire;
+use exonet_link::Link;
+use exonet_mux::{ChannelId, ChannelSpec, EndpointId, Mux, MuxConfig, MuxError, Proto};
+use exonet_shm::AppEndpoint;
+use exonet_wire::build;
+use exonet_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use proptest::prelude::*;
+
+const PEER_PORT: u16 = 80;
+/// Our initial sequence number, and the peer's.
+const ISS: u32 = 1000;
+const IRS: u32 = 5000;
+
+fn tcp(local_port: u16, remote: Option<(Ipv4Addr, u16)>) -> ChannelSpec {
+    ChannelSpec {
+        proto: Proto::Tcp,
+        local_addr: HOST,
+        local_port,
+        remote,
+    }
+}
+
+/// What etherparse reads in a TCP segment on the wire.
+#[derive(Debug, PartialEq, Eq)]
+struct Wire {
+    dst_mac: [u8; 6],
+    from: (Ipv4Addr, u16),
+    to: (Ipv4Addr, u16),
+    flags: (bool, bool, bool, bool),
+    seq: u32,
+    ack: u32,
+}
+
+/// Reads a segment, checking both checksums.
+fn read(f: &[u8]) -> Wire {
+    let ip = Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
+    assert_eq!(
+        ip.to_header().calc_header_checksum(),
+        ip.header_checksum(),
+        "IP checksum"
+    );
+    assert_eq!(ip.protocol(), etherparse::IpNumber::TCP);
+    let end = 14 + ip.total_len() as usize;
+    let seg = TcpSlice::from_slice(&f[14 + ip.slice().len()..end]).unwrap();
+    let sum = seg
+        .calc_checksum_ipv4(ip.source(), ip.destination())
+        .unwrap();
+    assert_eq!(sum, seg.checksum(), "TCP checksum");
+    assert!(seg.payload().is_empty());
+    Wire {
+        dst_mac: f[..6].try_into().unwrap(),
+        from: (ip.source_addr(), seg.source_port()),
+        to: (ip.destination_addr(), seg.destination_port()),
+        flags: (seg.syn(), seg.fin(), seg.rst(), seg.ack()),
+        seq: seg.sequence_number(),
+        ack: seg.acknowledgment_number(),
+    }
+}
+
+/// A segment from us to the peer, at `port`.
+fn rst_from(port: u16, seq: u32) -> Wire {
+    Wire {
+        dst_mac: PEER_MAC.0,
+        from: (HOST, port),
+        to: (PEER, PEER_PORT),
+        flags: (false, false, true, false),
+        seq,
+        ack: 0,
+    }
+}
+
+fn ack_from(port: u16, seq: u32, ack: u32) -> Wire {
+    Wire {
+        flags: (false, false, false, true),
+        ack,
+        ..rst_from(port, seq)
+    }
+}
+
+/// An application endpoint with TCP connection channels to [`PEER`].
+struct App {
+    ep: EndpointId,
+    app: AppEndpoint,
+    buf: u32,
+}
+
+struct Net {
+    mux: Mux,
+    wire: MemWire,
+}
+
+impl Net {
+    fn new(config: MuxConfig) -> Net {
+        let (mux, wire) = mux_with(config);
+        Net { mux, wire }
+    }
+
+    fn app(&mut self) -> App {
+        let (ep, app, bufs) = endpoint(&mut self.mux, 16, false);
+        App {
+            ep,
+            app,
+            buf: bufs[0],
+        }
+    }
+
+    /// A connection channel to the peer's port `remote_port` (0: ephemeral local port).
+    fn connect(&mut self, a: &App, port: u16, remote_port: u16) -> (ChannelId, u16) {
+        self.mux
+            .bind_socket(a.ep, tcp(port, Some((PEER, remote_port))))
+            .unwrap()
+    }
+
+    /// The application sends a segment on `ch`; it must reach the wire.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        a: &mut App,
+        ch: ChannelId,
+        port: u16,
+        fl: u8,
+        seq: u32,
+        ack: u32,
+        data: &[u8],
+    ) {
+        let f = build::tcp_frame(
+            HOST_MAC,
+            PEER_MAC,
+            HOST,
+            PEER,
+            port,
+            PEER_PORT,
+            fl,
+            seq,
+            ack,
+            &[],
+            data,
+        );
+        self.send_raw(a, ch, &f);
+        assert_eq!(drain_wire(&mut self.wire), vec![f]);
+    }
+
+    fn send_raw(&mut self, a: &mut App, ch: ChannelId, f: &[u8]) {
+        send(&mut a.app, a.buf, f, ch.0);
+        self.mux.poll_tx().unwrap();
+        assert_eq!(completions(&mut a.app).len(), 1);
+    }
+
+    /// The peer sends a segment to `port`; it returns what the endpoint
+    /// got.
+    fn peer(&mut self, a: &mut App, port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> usize {
+        let f = build::tcp_frame(
+            PEER_MAC,
+            HOST_MAC,
+            PEER,
+            HOST,
+            PEER_PORT,
+            port,
+            fl,
+            seq,
+            ack,
+            &[],
+            data,
+        );
+        self.wire.send_batch(&[&f]).unwrap();
+        self.mux.poll_rx().unwrap();
+        drain_rx(&mut a.app).len()
+    }
+
+    /// The peer sends with nobody to read it but the multiplexer.
+    fn peer_alone(&mut self, port: u16, fl: u8, seq: u32, ack: u32) -> Vec<Wire> {
+        let f = build::tcp_frame(
+            PEER_MAC,
+            HOST_MAC,
+            PEER,
+            HOST,
+            PEER_PORT,
+            port,
+            fl,
+            seq,
+            ack,
+            &[],
+            &[],
+        );
+        self.wire.send_batch(&[&f]).unwrap();
+        self.mux.poll_rx().unwrap();
+        drain_wire(&mut self.wire).iter().map(|f| read(f)).collect()
+    }
+
+    /// Three-way handshake and some data each way: our SND.MAX is
+    /// ISS + 6, the peer's ISS + 1 + 3.
+    fn establish(&mut self, a: &mut App, ch: ChannelId, port: u16) {
+        self.send(a, ch, port, SYN, ISS, 0, &[]);
+        assert_eq!(self.peer(a, port, SYN | ACK, IRS, ISS + 1, &[]), 1);
+        self.send(a, ch, port, ACK, ISS + 1, IRS + 1, b"hello");
+        // A retransmission of older data does not move SND.MAX back.
+        self.send(a, ch, port, ACK, ISS + 1, IRS + 1, b"he");
+        assert_eq!(self.peer(a, port, ACK, IRS + 1, ISS + 6, b"abc"), 1);
+        self.send(a, ch, port, ACK, ISS + 6, IRS + 4, &[]);
+    }
+
+    /// An active close from an established connection: our FIN, its ACK,
+    /// the peer's FIN and our ACK of it: TIME-WAIT.
+    fn close_first(&mut self, a: &mut App, ch: ChannelId, port: u16) {
+        self.send(a, ch, port, FIN | ACK, ISS + 6, IRS + 4, &[]);
+        assert_eq!(self.peer(a, port, ACK, IRS + 4, ISS + 7, &[]), 1);
+        assert_eq!(self.peer(a, port, FIN | ACK, IRS + 4, ISS + 7, &[]), 1);
+        self.send(a, ch, port, ACK, ISS + 7, IRS + 5, &[]);
+    }
+
+    fn on_wire(&mut self) -> Vec<Wire> {
+        drain_wire(&mut self.wire).iter().map(|f| read(f)).collect()
+    }
+}
+
+#[test]
+fn established_connection_is_reset_when_its_endpoint_goes() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    // A listener on the same port and a UDP channel: nothing to reset.
+    n.mux.bind_socket(a.ep, tcp(port, None)).unwrap();
+    n.mux.bind_socket(a.ep, spec(0)).unwrap();
+    n.establish(&mut a, ch, port);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert_eq!(n.on_wire(), vec![rst_from(port, ISS + 6)]);
+    let host = n.mux.stats().host;
+    assert_eq!((host.tcp_aborted, host.time_wait_held), (1, 0));
+    assert_eq!(n.mux.ports_of(a.ep), vec![]);
+}
+
+#[test]
+fn established_connection_is_reset_when_unbound() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.mux.unbind_channel(ch).unwrap();
+    assert_eq!(n.on_wire(), vec![rst_from(port, ISS + 6)]);
+    // Gone once: the endpoint's removal sends nothing more.
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
+    assert_eq!(n.mux.stats().host.tcp_aborted, 1);
+}
+
+#[test]
+fn half_closed_connections_are_reset() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    // FIN-WAIT-2: our FIN acknowledged, the peer's not come.
+    let (c1, p1) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, c1, p1);
+    n.send(&mut a, c1, p1, FIN | ACK, ISS + 6, IRS + 4, &[]);
+    assert_eq!(n.peer(&mut a, p1, ACK, IRS + 4, ISS + 7, &[]), 1);
+    // CLOSE-WAIT: the peer's FIN acknowledged, ours not sent.
+    let (c2, p2) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, c2, p2);
+    assert_eq!(n.peer(&mut a, p2, FIN | ACK, IRS + 4, ISS + 6, &[]), 1);
+    n.send(&mut a, c2, p2, ACK, ISS + 6, IRS + 5, &[]);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    let mut got = n.on_wire();
+    got.sort_by_key(|w| w.from.1);
+    let mut want = vec![rst_from(p1, ISS + 7), rst_from(p2, ISS + 6)];
+    want.sort_by_key(|w| w.from.1);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn finished_connections_get_no_rst() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    // Closed by the peer first: LAST-ACK, then CLOSED.
+    let (c1, p1) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, c1, p1);
+    assert_eq!(n.peer(&mut a, p1, FIN | ACK, IRS + 4, ISS + 6, &[]), 1);
+    n.send(&mut a, c1, p1, ACK, ISS + 6, IRS + 5, &[]);
+    n.send(&mut a, c1, p1, FIN | ACK, ISS + 6, IRS + 5, &[]);
+    assert_eq!(n.peer(&mut a, p1, ACK, IRS + 5, ISS + 7, &[]), 1);
+    // Reset by the peer, at exactly RCV.NXT.
+    let (c2, p2) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, c2, p2);
+    assert_eq!(n.peer(&mut a, p2, RST, IRS + 4, 0, &[]), 1);
+    // Reset by the application.
+    let (c3, p3) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, c3, p3);
+    n.send(&mut a, c3, p3, RST, ISS + 6, 0, &[]);
+    // SYN-SENT: never synchronized (RFC 9293 §3.10.5: no RST).
+    let (c4, p4) = n.connect(&a, 0, PEER_PORT);
+    n.send(&mut a, c4, p4, SYN, ISS, 0, &[]);
+    // Bound, nothing sent.
+    n.connect(&a, 0, PEER_PORT);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
+    let host = n.mux.stats().host;
+    assert_eq!((host.tcp_aborted, host.time_wait_held), (0, 0));
+}
+
+#[test]
+fn a_rst_off_rcv_nxt_does_not_finish() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    // In the window but not at RCV.NXT: a blind reset (RFC 5961 §3.2).
+    assert_eq!(n.peer(&mut a, port, RST, IRS + 100, 0, &[]), 1);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert_eq!(n.on_wire(), vec![rst_from(port, ISS + 6)]);
+}
+
+#[test]
+fn time_wait_is_held_then_expires() {
+    let msl = Duration::from_millis(500);
+    let mut n = Net::new(MuxConfig {
+        msl,
+        ..MuxConfig::default()
+    });
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.close_first(&mut a, ch, port);
+    let closed = Instant::now();
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty(), "no RST in TIME-WAIT");
+    let host = n.mux.stats().host;
+    assert_eq!(
+        (host.tcp_aborted, host.time_wait_held, host.time_wait_now),
+        (0, 1, 1)
+    );
+
+    // The peer's FIN again (our ACK was lost): acknowledged with the
+    // tracked numbers, RFC 9293 §3.10.7.4.
+    let got = n.peer_alone(port, FIN | ACK, IRS + 4, ISS + 7);
+    assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
+    assert_eq!(n.mux.stats().host.time_wait_acks, 1);
+    // A RST is ignored (RFC 1337): still held.
+    assert!(n.peer_alone(port, RST, IRS + 5, 0).is_empty());
+    assert_eq!(n.mux.stats().host.time_wait_rst_ignored, 1);
+
+    // The 4-tuple is the multiplexer's: another endpoint may listen on the
+    // port, but not connect from it to the same peer port.
+    let mut b = n.app();
+    assert_eq!(
+        n.mux.bind_socket(b.ep, tcp(port, Some((PEER, PEER_PORT)))),
+        Err(MuxError::InTimeWait {
+            local: (HOST, port),
+            remote: (PEER, PEER_PORT)
+        })
+    );
+    let (listener, _) = n.mux.bind_socket(b.ep, tcp(port, None)).unwrap();
+    let (elsewhere, _) = n.connect(&b, port, PEER_PORT + 1);
+    // The old connection's segments do not reach the new listener.
+    let got = n.peer_alone(port, ACK, IRS + 5, ISS + 7);
+    assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
+    assert!(drain_rx(&mut b.app).is_empty());
+    // A SYN on the old 4-tuple draws an ACK (RFC 9293 §3.10.7.4); one from
+    // another peer port reaches the listener.
+    let got = n.peer_alone(port, SYN, 9000, 0);
+    assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
+    assert!(drain_rx(&mut b.app).is_empty());
+    let f = build::tcp_frame(
+        PEER_MAC,
+        HOST_MAC,
+        PEER,
+        HOST,
+        PEER_PORT + 2,
+        port,
+        SYN,
+        9000,
+        0,
+        &[],
+        &[],
+    );
+    n.wire.send_batch(&[&f]).unwrap();
+    n.mux.poll_rx().unwrap();
+    let rx = drain_rx(&mut b.app);
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx[0].0, listener.0);
+    n.mux.unbind_channel(elsewhere).unwrap();
+
+    // Held for 2×MSL from the peer's last FIN, then gone.
+    n.mux.poll_rx_at(closed + msl).unwrap();
+    assert_eq!(n.mux.stats().host.time_wait_now, 1);
+    n.mux.poll_rx_at(Instant::now() + 2 * msl + msl).unwrap();
+    let host = n.mux.stats().host;
+    assert_eq!((host.time_wait_expired, host.time_wait_now), (1, 0));
+    // Now the 4-tuple binds, and its segments go to its channel.
+    let (again, _) = n.connect(&b, port, PEER_PORT);
+    assert_eq!(n.peer(&mut b, port, ACK, IRS + 5, ISS + 7, &[]), 1);
+    assert!(n.on_wire().is_empty());
+    n.mux.unbind_channel(again).unwrap();
+    n.mux.unbind_channel(listener).unwrap();
+    assert_eq!(n.mux.ports_of(b.ep), vec![]);
+}
+
+#[test]
+fn time_wait_is_held_when_unbound() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.close_first(&mut a, ch, port);
+    n.mux.unbind_channel(ch).unwrap();
+    assert!(n.on_wire().is_empty());
+    // The same endpoint may not reuse the 4-tuple either; a library sees
+    // AddrInUse, as from a kernel.
+    let refused = n
+        .mux
+        .bind_socket(a.ep, tcp(port, Some((PEER, PEER_PORT))))
+        .unwrap_err();
+    assert!(matches!(refused, MuxError::InTimeWait { .. }));
+    assert_eq!(
+        std::io::Error::from(refused).kind(),
+        std::io::ErrorKind::AddrInUse
+    );
+    let got = n.peer_alone(port, FIN | ACK, IRS + 4, ISS + 7);
+    assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
+    // The endpoint's removal leaves the hold as it was.
+    n.mux.remove_endpoint(a.ep).unwrap();
+    let host = n.mux.stats().host;
+    assert_eq!((host.tcp_aborted, host.time_wait_now), (0, 1));
+}
+
+#[test]
+fn simultaneous_close_is_held() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    // The FINs cross.
+    n.send(&mut a, ch, port, FIN | ACK, ISS + 6, IRS + 4, &[]);
+    assert_eq!(n.peer(&mut a, port, FIN | ACK, IRS + 4, ISS + 6, &[]), 1);
+    n.send(&mut a, ch, port, ACK, ISS + 7, IRS + 5, &[]);
+    // CLOSING until the peer acknowledges our FIN.
+    assert_eq!(n.peer(&mut a, port, ACK, IRS + 5, ISS + 7, &[]), 1);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
+    assert_eq!(n.mux.stats().host.time_wait_held, 1);
+}
+
+#[test]
+fn time_wait_already_over_needs_nothing() {
+    let mut n = Net::new(MuxConfig {
+        msl: Duration::ZERO,
+        ..MuxConfig::default()
+    });
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.close_first(&mut a, ch, port);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
+    let host = n.mux.stats().host;
+    assert_eq!((host.tcp_aborted, host.time_wait_held), (0, 0));
+}
+
+#[test]
+fn the_cap_evicts_the_oldest() {
+    let mut n = Net::new(MuxConfig {
+        time_wait_max: 2,
+        ..MuxConfig::default()
+    });
+    let mut a = n.app();
+    let mut ports = Vec::new();
+    for _ in 0..3 {
+        let (ch, port) = n.connect(&a, 0, PEER_PORT);
+        n.establish(&mut a, ch, port);
+        n.close_first(&mut a, ch, port);
+        n.mux.unbind_channel(ch).unwrap();
+        ports.push(port);
+    }
+    let host = n.mux.stats().host;
+    assert_eq!(
+        (
+            host.time_wait_held,
+            host.time_wait_evicted,
+            host.time_wait_now
+        ),
+        (3, 1, 2)
+    );
+    // The first is free again; the others are held.
+    let b = n.app();
+    n.connect(&b, ports[0], PEER_PORT);
+    for &p in &ports[1..] {
+        assert!(matches!(
+            n.mux.bind_socket(b.ep, tcp(p, Some((PEER, PEER_PORT)))),
+            Err(MuxError::InTimeWait { .. })
+        ));
+        let got = n.peer_alone(p, FIN | ACK, IRS + 4, ISS + 7);
+        assert_eq!(got, vec![ack_from(p, ISS + 7, IRS + 5)]);
+    }
+}
+
+#[test]
+fn no_room_no_hold() {
+    let mut n = Net::new(MuxConfig {
+        time_wait_max: 0,
+        ..MuxConfig::default()
+    });
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.close_first(&mut a, ch, port);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
+    let host = n.mux.stats().host;
+    assert_eq!((host.time_wait_evicted, host.time_wait_now), (1, 0));
+    // Nobody holds it: the host refuses the peer's FIN.
+    let got = n.peer_alone(port, FIN | ACK, IRS + 4, ISS + 7);
+    assert_eq!(got, vec![rst_from(port, ISS + 7)]);
+}
+
+#[test]
+fn malformed_segments_are_counted() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    let good = build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        port,
+        PEER_PORT,
+        ACK,
+        ISS + 6,
+        IRS + 4,
+        &[],
+        b"xyz",
+    );
+    // Cut short of its IP length, past the ports the template pins.
+    n.send_raw(&mut a, ch, &good[..40]);
+    // A TCP data offset beyond the segment, and below 5.
+    let mut long = good.clone();
+    long[14 + 20 + 12] = 0xf0;
+    n.send_raw(&mut a, ch, &long);
+    let mut short = good.clone();
+    short[14 + 20 + 12] = 0x10;
+    n.send_raw(&mut a, ch, &short);
+    assert_eq!(drain_wire(&mut n.wire).len(), 3);
+    // From the peer: a data offset beyond the segment.
+    let mut bad = build::tcp_frame(
+        PEER_MAC,
+        HOST_MAC,
+        PEER,
+        HOST,
+        PEER_PORT,
+        port,
+        FIN | ACK,
+        IRS + 4,
+        ISS + 6,
+        &[],
+        &[],
+    );
+    bad[14 + 20 + 12] = 0xf0;
+    n.wire.send_batch(&[&bad]).unwrap();
+    n.mux.poll_rx().unwrap();
+    assert_eq!(drain_rx(&mut a.app).len(), 1);
+    assert_eq!(n.mux.channel_stats(ch).unwrap().tcp_malformed, 4);
+    // None of it moved the tracking.
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert_eq!(n.on_wire(), vec![rst_from(port, ISS + 6)]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any bytes after the ports, either way, on a tracked connection and a
+    /// held one: no panic, and at most one segment of the multiplexer's own
+    /// when the endpoint goes.
+    #[test]
+    fn arbitrary_segments_never_panic(
+        out in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..6),
+        inn in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..80), 0..6),
+        close in any::<bool>(),
+    ) {
+        let mut n = Net::new(MuxConfig::default());
+        let mut a = n.app();
+        let (ch, port) = n.connect(&a, 0, PEER_PORT);
+        n.establish(&mut a, ch, port);
+        if close {
+            n.close_first(&mut a, ch, port);
+        }
+        let head = |from_us: bool| {
+            let f = if from_us {
+                build::tcp_frame(HOST_MAC, PEER_MAC, HOST, PEER, port, PEER_PORT, 0, 0, 0, &[], &[])
+            } else {
+                build::tcp_frame(PEER_MAC, HOST_MAC, PEER, HOST, PEER_PORT, port, 0, 0, 0, &[], &[])
+            };
+            f[..38].to_vec()
+        };
+        for tail in &out {
+            let f = [head(true), tail.clone()].concat();
+            send(&mut a.app, a.buf, &f, ch.0);
+            n.mux.poll_tx().unwrap();
+            completions(&mut a.app);
+        }
+        drain_wire(&mut n.wire);
+        for tail in &inn {
+            n.wire.send_batch(&[&[head(false), tail.clone()].concat()]).unwrap();
+            n.mux.poll_rx().unwrap();
+            drain_rx(&mut a.app);
+        }
+        drain_wire(&mut n.wire);
+        n.mux.remove_endpoint(a.ep).unwrap();
+        prop_assert!(drain_wire(&mut n.wire).len() <= 1);
+        for tail in &inn {
+            n.wire.send_batch(&[&[head(false), tail.clone()].concat()]).unwrap();
+            n.mux.poll_rx().unwrap();
+        }
+    }
+}
