@@ -41,7 +41,8 @@ pub fn transfer(
         .map_err(error("accept timeout"))?;
     let receiver = thread::spawn(move || -> Result<(u64, f64), Fail> {
         let (mut s, _) = listener.accept().map_err(error("accept"))?;
-        s.set_read_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
+        s.set_read_timeout(Some(PATIENCE))
+            .map_err(error("timeout"))?;
         let mut buf = vec![0u8; 1 << 16];
         let (mut total, mut first) = (0u64, None);
         loop {
@@ -55,8 +56,10 @@ pub fn transfer(
         Ok((total, first.map_or(0.0, |t| t.elapsed().as_secs_f64())))
     });
     let mut c = TcpStream::connect_timeout(&sa, (B, PORT), PATIENCE).map_err(error("connect"))?;
-    c.set_write_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
-    c.set_read_timeout(Some(PATIENCE)).map_err(error("timeout"))?;
+    c.set_write_timeout(Some(PATIENCE))
+        .map_err(error("timeout"))?;
+    c.set_read_timeout(Some(PATIENCE))
+        .map_err(error("timeout"))?;
     let chunk = vec![0x5au8; WRITE];
     let mut left = bytes;
     while left > 0 {

@@ -153,7 +153,7 @@ fn metrics(case: &str) -> &'static [&'static str] {
     match case {
         RTT => &["us_rtt", "us_rtt_p99"],
         CPS => &["cps"],
-        LOSS => &["gbps", "retransmitted"],
+        MEMWIRE | LOSS => &["gbps", "retransmitted"],
         _ => &["gbps"],
     }
 }

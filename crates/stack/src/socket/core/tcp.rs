@@ -103,6 +103,8 @@ pub(crate) struct Conn {
     armed: Option<Time>,
     /// On the list of connections to answer at the end of the pump.
     dirty: bool,
+    /// Data segments taken since the connection last sent.
+    unanswered: u32,
     /// The end (reset, timeout) was handed to the socket.
     ended: bool,
 }
@@ -118,6 +120,7 @@ impl Conn {
             send_buffer,
             armed: None,
             dirty: false,
+            unanswered: 0,
             ended: false,
         }
     }
@@ -490,7 +493,8 @@ impl Inner {
             return;
         };
         c.orphan = true;
-        if c.conn.state() == TcpState::Closed {
+        if matches!(c.conn.state(), TcpState::Closed | TcpState::TimeWait) {
+            // In TIME-WAIT, the multiplexer takes the 4-tuple over.
             self.tcp_remove(id);
         } else if c.conn.recv_queue_len() > 0 {
             // RFC 2525 §2.17, as Linux: closing with unread data loses it, which
@@ -626,7 +630,17 @@ impl Inner {
         }
         let c = conn_in(&mut self.sockets, id).expect("checked above");
         c.conn.handle_segment(repr, now);
-        self.tcp_mark(id);
+        if !repr.payload.is_empty() {
+            c.unanswered += 1;
+        }
+        if c.unanswered >= 2 {
+            // RFC 5681 §4.2: an ACK at least for every second full-sized
+            // segment, however many the pump brings at once, so the sender's
+            // window grows and its clock keeps ticking.
+            self.tcp_after(id, now);
+        } else {
+            self.tcp_mark(id);
+        }
     }
 
     /// A SYN for listener `lid`: a new connection in its SYN queue (RFC 9293
@@ -755,6 +769,8 @@ impl Inner {
         let Some(c) = conn_in(&mut self.sockets, id) else {
             return;
         };
+        c.dirty = false;
+        c.unanswered = 0;
         if c.read_shut {
             let mut sink = [0u8; 4096];
             while c.conn.recv(&mut sink) > 0 {}
@@ -773,6 +789,12 @@ impl Inner {
                 c.armed = Some(d);
                 self.tcp.timers.push(Reverse((d, id)));
             }
+        }
+        if c.conn.state() == TcpState::TimeWait && c.orphan && c.listener.is_none() {
+            // Thekkath §III-D: the multiplexer holds TIME-WAIT for the 4-tuple
+            // once the channel goes, so the application need not keep it.
+            self.tcp_remove(id);
+            return;
         }
         if c.conn.state() != TcpState::Closed {
             return;
