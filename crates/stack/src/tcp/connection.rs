@@ -8,7 +8,7 @@ use std::time::Duration;
 use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter, MIN_HEADER_LEN};
 use exonet_wire::TcpRepr;
 
-use super::cc::NewReno;
+use super::cc::{Congestion, CongestionControl};
 use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::seq::SeqNum;
@@ -84,6 +84,8 @@ pub struct TcpConfig {
     /// per connection: a host-wide count leaks to an off-path attacker which
     /// connections exist (CVE-2016-5696).
     pub challenge_ack_limit: u32,
+    /// The congestion control algorithm: CUBIC (RFC 9438) by default, as Linux.
+    pub congestion: Congestion,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -128,6 +130,7 @@ impl Default for TcpConfig {
             nagle: true,
             keepalive: None,
             challenge_ack_limit: 100,
+            congestion: Congestion::Cubic,
         }
     }
 }
@@ -379,7 +382,7 @@ pub struct Connection {
     stats: TcpStats,
 
     // Congestion control and loss recovery (RFC 5681, RFC 6582).
-    cc: NewReno,
+    cc: CongestionControl,
     /// Duplicate ACKs in a row (RFC 5681 §2's definition).
     dup_acks: u32,
     /// In fast recovery until SND.UNA passes `recover`.
@@ -453,7 +456,7 @@ impl Connection {
             time_wait_deadline: None,
             rst_pending: None,
             stats: TcpStats::default(),
-            cc: NewReno::new(u32::from(DEFAULT_MSS)),
+            cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS)),
             dup_acks: 0,
             in_recovery: false,
             recover: iss,
@@ -565,7 +568,7 @@ impl Connection {
             mss = mss.saturating_sub(TS_OPTION_LEN as u16).max(MIN_MSS);
         }
         self.send_mss = usize::from(mss);
-        self.cc = NewReno::new(self.send_mss as u32);
+        self.cc = CongestionControl::new(self.config.congestion, self.send_mss as u32);
     }
 
     /// The shift that lets the window field cover the whole receive buffer.
@@ -618,6 +621,17 @@ impl Connection {
     /// The smoothed RTT, once measured.
     pub fn srtt(&self) -> Option<Duration> {
         self.rtt.srtt()
+    }
+
+    /// The congestion window in bytes (RFC 5681 §2).
+    pub fn cwnd(&self) -> u32 {
+        self.cc.window()
+    }
+
+    /// The slow-start threshold in bytes (RFC 5681 §2); `u32::MAX` until the first
+    /// loss.
+    pub fn ssthresh(&self) -> u32 {
+        self.cc.ssthresh()
     }
 
     /// Queues data to send; returns how much fit in the send buffer. Takes nothing
@@ -1008,7 +1022,7 @@ impl Connection {
         // only segments passing the RST, SYN and ACK checks move TS.Recent.
         self.update_ts_recent(&seg, now);
         if !handshake {
-            self.congestion_on_ack(&seg);
+            self.congestion_on_ack(&seg, now);
         }
         if seg.ack > self.snd_una {
             self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
@@ -1067,13 +1081,14 @@ impl Connection {
 
     /// Congestion window and recovery from an acceptable ACK, before SND.UNA and
     /// SND.WND take it in.
-    fn congestion_on_ack(&mut self, seg: &Segment) {
+    fn congestion_on_ack(&mut self, seg: &Segment, now: Time) {
         let flight = self.snd_max.distance_from(self.snd_una);
         if seg.ack > self.snd_una {
             let acked = seg.ack.distance_from(self.snd_una);
             self.dup_acks = 0;
             if !self.in_recovery {
-                self.cc.on_ack(acked);
+                let srtt = self.rtt.srtt().unwrap_or_default();
+                self.cc.on_ack(acked, now, srtt);
             } else if seg.ack >= self.recover {
                 // RFC 6582 §3.2 step 3: a full ACK.
                 self.in_recovery = false;
@@ -1103,7 +1118,7 @@ impl Connection {
             // `recover`, so one loss event is not taken for several).
             self.in_recovery = true;
             self.recover = self.snd_max;
-            self.cc.enter_recovery(flight);
+            self.cc.enter_recovery(flight, true);
             self.rexmit_pending = true;
         }
     }
