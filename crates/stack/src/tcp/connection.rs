@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter, MIN_HEADER_LEN};
+use exonet_wire::tcp::{
+    flags, write_options, TcpOption, TcpOptionIter, MAX_SACK_BLOCKS, MIN_HEADER_LEN,
+};
 use exonet_wire::TcpRepr;
 
 use super::cc::{Congestion, CongestionControl};
@@ -27,12 +29,20 @@ const MAX_WSCALE: u8 = 14;
 const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header, MSS, NOP and window scale, two NOPs and
-/// timestamps options.
+/// Header room for a SYN: the header, MSS, NOP and window scale, SACK-permitted (or
+/// two NOPs) and timestamps options.
 const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 20;
+/// The option space (RFC 9293 §3.1: a data offset of at most 15 words).
+const MAX_OPTIONS_LEN: usize = 40;
 /// Option bytes on every segment once timestamps are agreed: two NOPs and the
 /// option (RFC 7323 Appendix A's layout).
 const TS_OPTION_LEN: usize = 12;
+/// RFC 6675 §2: DupThresh, the duplicate ACKs (or SACKed segments above a hole)
+/// that mean a loss.
+const DUP_THRESH: u32 = 3;
+/// Recent out-of-order arrivals remembered for the order of SACK blocks (RFC 2018
+/// §4); more than fit in one option, as some may have been filled since.
+const SACK_HISTORY: usize = 8;
 /// RFC 7323 §5.5: TS.Recent becomes invalid after 24 days without an update, the
 /// shortest time in which a 1 ms timestamp clock can move 2^31.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -86,6 +96,10 @@ pub struct TcpConfig {
     pub challenge_ack_limit: u32,
     /// The congestion control algorithm: CUBIC (RFC 9438) by default, as Linux.
     pub congestion: Congestion,
+    /// Offer selective acknowledgments (RFC 2018) in our SYN, or accept a peer's
+    /// offer: SACK blocks for out-of-order data, and loss recovery by the
+    /// scoreboard (RFC 6675) rather than NewReno's one hole per round trip.
+    pub sack: bool,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -131,6 +145,7 @@ impl Default for TcpConfig {
             keepalive: None,
             challenge_ack_limit: 100,
             congestion: Congestion::Cubic,
+            sack: true,
         }
     }
 }
@@ -183,7 +198,8 @@ pub struct TcpStats {
     pub retransmitted: u64,
     /// Retransmission (or persist) timeouts.
     pub timeouts: u64,
-    /// Fast retransmits, each entering recovery or answering a partial ACK.
+    /// Retransmissions without a timeout: entering recovery, answering a partial
+    /// ACK, or repairing a hole the SACK scoreboard shows (RFC 6675 NextSeg).
     pub fast_retransmits: u64,
     /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
     pub challenge_acks: u64,
@@ -193,6 +209,10 @@ pub struct TcpStats {
     pub paws_rejected: u64,
     /// RTT samples taken from timestamp echoes (RFC 7323 §4).
     pub ts_rtt_samples: u64,
+    /// SACK blocks taken into the scoreboard (RFC 2018 §3).
+    pub sack_blocks_received: u64,
+    /// SACK blocks ignored: outside SND.UNA..SND.MAX (stale, D-SACK or forged).
+    pub sack_blocks_ignored: u64,
 }
 
 /// The fields of a received segment the state machine reads.
@@ -204,6 +224,8 @@ struct Segment<'a> {
     window: u16,
     /// The timestamps option as (TSval, TSecr), if the segment carried one.
     ts: Option<(u32, u32)>,
+    /// SACK blocks (RFC 2018 §3), if SACK was agreed and the segment carried them.
+    sack: [Option<(u32, u32)>; MAX_SACK_BLOCKS],
     payload: &'a [u8],
 }
 
@@ -236,6 +258,7 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
             flags: seg.flags,
             window: 0,
             ts: None,
+            sack: [None; MAX_SACK_BLOCKS],
             payload: seg.payload,
         };
         (0, (s.seq + s.len()).0, flags::RST | flags::ACK)
@@ -277,6 +300,24 @@ fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
 /// numbers compare).
 fn ts_before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Whether the peer's SYN offers SACK (RFC 2018 §2).
+fn sack_permitted_option(seg: &TcpRepr) -> bool {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .any(|o| matches!(o, TcpOption::SackPermitted))
+}
+
+/// A segment's SACK blocks, if well-formed.
+fn sack_option(seg: &TcpRepr) -> [Option<(u32, u32)>; MAX_SACK_BLOCKS] {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .find_map(|o| match o {
+            TcpOption::Sack(blocks) => Some(blocks),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// The peer's MSS option, if its SYN carried a well-formed one.
@@ -329,6 +370,8 @@ pub struct Connection {
     rcv_wscale: u8,
     /// Both SYNs carry the window scale option.
     wscale_agreed: bool,
+    /// Both SYNs carry SACK-permitted (RFC 2018 §2).
+    sack_ok: bool,
 
     // Timestamps (RFC 7323 §3–§5).
     /// Both SYNs carry the timestamps option: every segment but a RST carries one.
@@ -352,6 +395,9 @@ pub struct Connection {
     /// 9293 §3.8.6.2.2 discourages shrinking).
     rcv_adv: SeqNum,
     recv: RecvBuffer,
+    /// Stream offsets of the latest out-of-order arrivals, newest first: the SACK
+    /// blocks we send are the runs holding them, in this order (RFC 2018 §4).
+    sack_recent: VecDeque<u64>,
     /// Where the peer's FIN lies, once seen, possibly ahead of a hole.
     rx_fin: Option<SeqNum>,
     fin_received: bool,
@@ -391,6 +437,11 @@ pub struct Connection {
     recover: SeqNum,
     /// Resend the segment at SND.UNA once, without going back (fast retransmit).
     rexmit_pending: bool,
+    /// The SACK scoreboard (RFC 6675 §3): disjoint ranges [start, end) above
+    /// SND.UNA the peer holds, in order.
+    scoreboard: Vec<(SeqNum, SeqNum)>,
+    /// RFC 6675's HighRxt, as the end of the highest retransmitted range.
+    high_rxt: SeqNum,
     /// Start of the current one-second window of challenge ACKs, and how many went.
     challenge_window: (Time, u32),
     /// When the peer was last heard from, for keep-alive.
@@ -432,6 +483,7 @@ impl Connection {
             snd_wscale: 0,
             rcv_wscale: 0,
             wscale_agreed: false,
+            sack_ok: false,
             ts_ok: false,
             ts_offset: 0,
             ts_recent: 0,
@@ -441,6 +493,7 @@ impl Connection {
             rcv_nxt: SeqNum(0),
             rcv_adv: SeqNum(0),
             recv: RecvBuffer::new(config.recv_buffer),
+            sack_recent: VecDeque::new(),
             rx_fin: None,
             fin_received: false,
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
@@ -461,6 +514,8 @@ impl Connection {
             in_recovery: false,
             recover: iss,
             rexmit_pending: false,
+            scoreboard: Vec::new(),
+            high_rxt: iss,
             challenge_window: (Time::ZERO, 0),
             last_heard: Time::ZERO,
             keepalive_probes: 0,
@@ -515,6 +570,11 @@ impl Connection {
         self.ts_ok
     }
 
+    /// Both SYNs carried SACK-permitted (RFC 2018 §2).
+    pub fn sack(&self) -> bool {
+        self.sack_ok
+    }
+
     /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
     /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
     fn ts_now(&self, now: Time) -> u32 {
@@ -560,6 +620,8 @@ impl Connection {
             self.ts_ok = true;
             self.ts_recent = tsval;
         }
+        // RFC 2018 §2: SACK only if both SYNs carry SACK-permitted.
+        self.sack_ok = self.config.sack && sack_permitted_option(syn);
         let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
         let mut mss = peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS));
         if self.ts_ok {
@@ -820,6 +882,9 @@ impl Connection {
         self.in_recovery = false;
         self.dup_acks = 0;
         self.rexmit_pending = false;
+        // RFC 2018 §8: the receiver may have reneged, so what it held counts for
+        // nothing; blocks arriving from now on still spare resending (RFC 6675 §5.1).
+        self.scoreboard.clear();
         self.snd_nxt = self.snd_una;
         self.syn_retransmitted |= handshake;
         self.probe = self.snd_wnd == 0;
@@ -837,6 +902,11 @@ impl Connection {
             window: repr.window,
             // RFC 7323 §3.2: a TSopt is ignored unless both SYNs carried one.
             ts: if self.ts_ok { ts_option(repr) } else { None },
+            sack: if self.sack_ok {
+                sack_option(repr)
+            } else {
+                [None; MAX_SACK_BLOCKS]
+            },
             payload: repr.payload,
         };
         match self.state {
@@ -1083,6 +1153,7 @@ impl Connection {
     /// SND.WND take it in.
     fn congestion_on_ack(&mut self, seg: &Segment, now: Time) {
         let flight = self.snd_max.distance_from(self.snd_una);
+        let newly_sacked = self.take_sack_blocks(seg);
         if seg.ack > self.snd_una {
             let acked = seg.ack.distance_from(self.snd_una);
             self.dup_acks = 0;
@@ -1090,37 +1161,133 @@ impl Connection {
                 let srtt = self.rtt.srtt().unwrap_or_default();
                 self.cc.on_ack(acked, now, srtt);
             } else if seg.ack >= self.recover {
-                // RFC 6582 §3.2 step 3: a full ACK.
+                // RFC 6582 §3.2 step 3, RFC 6675 §5 (A): a full ACK.
                 self.in_recovery = false;
                 self.cc.exit_recovery(flight - acked);
-            } else {
-                // Step 5: a partial ACK; the next hole is lost too.
+            } else if !self.sack_ok {
+                // RFC 6582 step 5: a partial ACK; the next hole is lost too. (With
+                // SACK the scoreboard says which holes are.)
                 self.cc.on_partial_ack(acked);
                 self.rexmit_pending = true;
             }
             return;
         }
         // RFC 5681 §2: a duplicate ACK acknowledges nothing new while data is
-        // outstanding, carries no data, SYN or FIN, and leaves the window alone.
+        // outstanding, carries no data, SYN or FIN, and leaves the window alone;
+        // RFC 6675 §2 asks as well that it SACK something not SACKed before.
         let duplicate = seg.ack == self.snd_una
             && flight > 0
             && seg.payload.is_empty()
             && !seg.has(flags::SYN | flags::FIN)
-            && self.peer_window(seg.window) == self.snd_wnd;
+            && self.peer_window(seg.window) == self.snd_wnd
+            && (!self.sack_ok || newly_sacked > 0);
         if !duplicate {
             return;
         }
         self.dup_acks += 1;
         if self.in_recovery {
-            self.cc.on_dup_ack();
-        } else if self.dup_acks == 3 && self.snd_una > self.recover {
-            // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
-            // `recover`, so one loss event is not taken for several).
+            if !self.sack_ok {
+                self.cc.on_dup_ack();
+            }
+            return;
+        }
+        // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
+        // `recover`, so one loss event is not taken for several). RFC 6675 §5 (B)
+        // enters as well once the scoreboard marks SND.UNA lost, as several
+        // out-of-order segments may be answered by fewer duplicate ACKs.
+        let lost = if self.sack_ok {
+            self.dup_acks >= DUP_THRESH || self.hole_lost(0)
+        } else {
+            self.dup_acks == DUP_THRESH
+        };
+        if lost && self.snd_una > self.recover {
             self.in_recovery = true;
             self.recover = self.snd_max;
-            self.cc.enter_recovery(flight, true);
+            self.cc.enter_recovery(flight, !self.sack_ok);
+            self.high_rxt = self.snd_una;
             self.rexmit_pending = true;
         }
+    }
+
+    /// Merges the segment's SACK blocks into the scoreboard and returns how many
+    /// bytes they newly cover. A block must lie within SND.UNA..SND.MAX: others are
+    /// stale (or D-SACK, RFC 2883) or forged, and ignored.
+    fn take_sack_blocks(&mut self, seg: &Segment) -> u32 {
+        let mut newly = 0;
+        for (l, r) in seg.sack.into_iter().flatten() {
+            let (l, r) = (SeqNum(l), SeqNum(r));
+            if !(self.snd_una <= l && l < r && r <= self.snd_max) {
+                self.stats.sack_blocks_ignored += 1;
+                continue;
+            }
+            self.stats.sack_blocks_received += 1;
+            let before: u32 = self.sacked_bytes();
+            // Take out every range touching [l, r) and put back their union.
+            let (mut start, mut end) = (l, r);
+            self.scoreboard.retain(|&(s, e)| {
+                let apart = e < start || s > end;
+                if !apart {
+                    start = if s < start { s } else { start };
+                    end = end.max(e);
+                }
+                apart
+            });
+            let at = self.scoreboard.partition_point(|&(s, _)| s < start);
+            self.scoreboard.insert(at, (start, end));
+            newly += self.sacked_bytes() - before;
+        }
+        newly
+    }
+
+    fn sacked_bytes(&self) -> u32 {
+        self.scoreboard
+            .iter()
+            .map(|&(s, e)| e.distance_from(s))
+            .sum()
+    }
+
+    /// RFC 6675 §4 IsLost for the hole below scoreboard range `i` (its every byte
+    /// has the same ranges above it): DupThresh discontiguous SACKed ranges above,
+    /// or more than (DupThresh − 1) × SMSS SACKed bytes.
+    fn hole_lost(&self, i: usize) -> bool {
+        let above = self.scoreboard.get(i..).unwrap_or_default();
+        let bytes: u32 = above.iter().map(|&(s, e)| e.distance_from(s)).sum();
+        above.len() as u32 >= DUP_THRESH || bytes > (DUP_THRESH - 1) * self.send_mss as u32
+    }
+
+    /// The holes below the highest SACKed byte as [start, end) and whether lost.
+    fn holes(&self) -> impl Iterator<Item = (SeqNum, SeqNum, bool)> + '_ {
+        let starts = std::iter::once(self.snd_una).chain(self.scoreboard.iter().map(|r| r.1));
+        starts
+            .zip(&self.scoreboard)
+            .enumerate()
+            .map(|(i, (a, &(b, _)))| (a, b, self.hole_lost(i)))
+            .filter(|&(a, b, _)| a < b)
+    }
+
+    /// RFC 6675 §4 SetPipe: bytes thought in flight. Of the bytes not SACKed, those
+    /// not lost count once, and those retransmitted (below HighRxt) once more.
+    fn pipe(&self) -> u32 {
+        let hole = |a: SeqNum, b: SeqNum, lost: bool| {
+            let rtx = if b < self.high_rxt { b } else { self.high_rxt };
+            rtx.distance_from(a) + if lost { 0 } else { b.distance_from(a) }
+        };
+        let tail = self.scoreboard.last().map_or(self.snd_una, |r| r.1);
+        self.holes()
+            .map(|(a, b, lost)| hole(a, b, lost))
+            .sum::<u32>()
+            + hole(tail, self.snd_max, false)
+    }
+
+    /// RFC 6675 §4 NextSeg rules (1) and (3): the first hole byte above HighRxt
+    /// and below the highest SACKed byte, lost or (`any`) not, and how many bytes
+    /// of the hole follow it.
+    fn next_hole(&self, any: bool) -> Option<(SeqNum, u32)> {
+        self.holes()
+            .filter(|&(_, _, lost)| lost || any)
+            .map(|(a, b, _)| (a.max(self.high_rxt), b))
+            .find(|&(a, b)| a < b)
+            .map(|(a, b)| (a, b.distance_from(a)))
     }
 
     /// An ACK demanded by RFC 5961, or by a bare ACK outside the window, within the
@@ -1148,8 +1315,19 @@ impl Connection {
             (off as usize, seg.payload)
         };
         let gap_before = self.recv.has_gap();
+        let at = self.recv.offset() + off as u64;
         let advanced = self.recv.write(off, data);
         self.rcv_nxt = self.rcv_nxt + advanced as u32;
+        if self.sack_ok {
+            // RFC 2018 §4: the block holding the latest arrival goes first; ones
+            // delivered in order since are dropped.
+            let next = self.recv.offset();
+            self.sack_recent.retain(|&a| a >= next && a != at);
+            if off > 0 {
+                self.sack_recent.push_front(at);
+                self.sack_recent.truncate(SACK_HISTORY);
+            }
+        }
         // RFC 5681 §4.2: out-of-order data, and data filling a hole, are acknowledged
         // at once, so the sender learns of losses quickly.
         if off > 0 {
@@ -1201,6 +1379,12 @@ impl Connection {
         self.send_buf.drain(..acked);
         self.send_base = self.send_base + acked as u32;
         self.snd_nxt = self.snd_nxt.max(self.snd_una);
+        self.high_rxt = self.high_rxt.max(self.snd_una);
+        let una = self.snd_una;
+        self.scoreboard.retain_mut(|r| {
+            r.0 = r.0.max(una);
+            r.0 < r.1
+        });
         // RFC 7323 §4.1: with timestamps every ACK of new data is a sample, even of a
         // retransmitted segment, since the echo names the copy that arrived (Karn's
         // ambiguity is gone). A TSecr ahead of our clock is no echo of ours.
@@ -1285,7 +1469,13 @@ impl Connection {
     }
 
     fn transmit_synchronized(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
-        let room = buf.len() - MIN_HEADER_LEN - if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        // SACK blocks on an ACK come out of the data (RFC 2018 §3 leaves room as
+        // needed), so that the segment still fits the path.
+        let opts = self.options_len();
+        let room = buf.len() - MIN_HEADER_LEN - opts;
+        let ts_len = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        let mss =
+            self.send_mss - (opts - ts_len).min(self.send_mss.saturating_sub(usize::from(MIN_MSS)));
         if self.dup_acks_owed > 1 {
             // All but the last; the last goes as the pending ACK below, or rides on
             // data.
@@ -1298,21 +1488,20 @@ impl Connection {
         if self.state != TcpState::SynReceived {
             if self.rexmit_pending {
                 self.rexmit_pending = false;
-                if let Some(n) = self.fast_retransmit(buf, now, room) {
-                    return Some(n);
+                if self.snd_nxt > self.snd_una {
+                    // Going back after a timeout sends it anyway.
+                    let seq = self.snd_una;
+                    if let Some(n) = self.retransmit(buf, now, room.min(mss), seq) {
+                        return Some(n);
+                    }
                 }
             }
-            if let Some((len, fin)) = self.next_data(room) {
-                let offset = self.snd_nxt.diff(self.send_base) as usize;
-                let mut f = flags::ACK;
-                if fin {
-                    f |= flags::FIN;
-                }
-                if len > 0 && offset + len == self.send_buf.len() {
-                    f |= flags::PSH;
-                }
-                let n = self.emit(buf, now, self.snd_nxt, f, offset..offset + len);
-                self.sent(now, len as u32 + u32::from(fin));
+            if self.in_recovery && self.sack_ok {
+                return self.sack_recovery_transmit(now, buf, room.min(mss));
+            }
+            self.skip_sacked();
+            let cwnd_room = self.cwnd_room();
+            if let Some(n) = self.send_data(now, buf, room, mss, cwnd_room) {
                 return Some(n);
             }
             // Nothing may go out while the peer's window is shut: probe it later.
@@ -1324,6 +1513,11 @@ impl Connection {
                 self.rtx_deadline = Some(now + self.rtt.rto());
             }
         }
+        self.pure_ack(now, buf)
+    }
+
+    /// A keep-alive probe or an ACK, if one is due.
+    fn pure_ack(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
         if self.keepalive_pending {
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
             // so a live peer answers with an ACK.
@@ -1339,18 +1533,87 @@ impl Connection {
         None
     }
 
-    /// Sends the segment at SND.UNA again, leaving SND.NXT where it is (RFC 5681
-    /// §3.2 step 3, RFC 6582 §3.2 step 5).
-    fn fast_retransmit(&mut self, buf: &mut [u8], now: Time, room: usize) -> Option<usize> {
-        if self.snd_nxt <= self.snd_una {
-            // Going back after a timeout sends it anyway.
-            return None;
+    /// Bytes congestion control lets go beyond SND.NXT: the usable window of RFC
+    /// 5681 §3.1, cwnd stretched by Limited Transmit (RFC 3042 §2) by a segment for
+    /// each of the first two duplicate ACKs, so that a small window still yields the
+    /// third.
+    fn cwnd_room(&self) -> u32 {
+        let limited_transmit = if self.in_recovery {
+            0
+        } else {
+            self.dup_acks.min(2)
+        };
+        let cwnd = self
+            .cc
+            .window()
+            .saturating_add(limited_transmit * self.send_mss as u32);
+        (self.snd_una + cwnd).distance_from(self.snd_nxt)
+    }
+
+    /// Sends the next data segment at SND.NXT, if one should go.
+    fn send_data(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        room: usize,
+        mss: usize,
+        cwnd_room: u32,
+    ) -> Option<usize> {
+        let (len, fin) = self.next_data(room, mss, cwnd_room)?;
+        let offset = self.snd_nxt.diff(self.send_base) as usize;
+        let mut f = flags::ACK;
+        if fin {
+            f |= flags::FIN;
         }
-        let offset = self.snd_una.diff(self.send_base).max(0) as usize;
+        if len > 0 && offset + len == self.send_buf.len() {
+            f |= flags::PSH;
+        }
+        let n = self.emit(buf, now, self.snd_nxt, f, offset..offset + len);
+        self.sent(now, len as u32 + u32::from(fin));
+        Some(n)
+    }
+
+    /// RFC 6675 §5 (C): while cwnd − pipe allows a segment, NextSeg: a lost hole
+    /// (rule 1), else new data (rule 2), else any hole below the highest SACKed
+    /// byte (rule 3). The rescue retransmission (rule 4) is left out: RFC 6675
+    /// makes it optional.
+    fn sack_recovery_transmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
+        let free = self.cc.window().saturating_sub(self.pipe());
+        if free >= self.send_mss as u32 {
+            if let Some((seq, len)) = self.next_hole(false) {
+                return self.retransmit(buf, now, room.min(len as usize), seq);
+            }
+            if let Some(n) = self.send_data(now, buf, room, room, free) {
+                return Some(n);
+            }
+            if let Some((seq, len)) = self.next_hole(true) {
+                return self.retransmit(buf, now, room.min(len as usize), seq);
+            }
+        }
+        self.pure_ack(now, buf)
+    }
+
+    /// Going back after a timeout, SND.NXT skips what the peer is known to hold
+    /// (RFC 6675 §5.1: use the SACK information that arrives after an RTO).
+    fn skip_sacked(&mut self) {
+        if let Some(&(_, e)) = self
+            .scoreboard
+            .iter()
+            .find(|&&(s, e)| s <= self.snd_nxt && self.snd_nxt < e)
+        {
+            self.snd_nxt = e;
+        }
+    }
+
+    /// Sends up to `max` bytes at `seq` again, below SND.MAX, leaving SND.NXT where
+    /// it is: RFC 5681 §3.2 step 3 and RFC 6582 §3.2 step 5 at SND.UNA, or a hole
+    /// RFC 6675's NextSeg picked.
+    fn retransmit(&mut self, buf: &mut [u8], now: Time, max: usize, seq: SeqNum) -> Option<usize> {
+        let offset = seq.diff(self.send_base).max(0) as usize;
         // Only what went out before: SND.MAX bounds the data.
         let sent = self.snd_max.distance_from(self.send_base) as usize;
         let avail = self.send_buf.len().min(sent).checked_sub(offset)?;
-        let len = avail.min(self.send_mss).min(room);
+        let len = avail.min(max);
         let fin_sent =
             self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
         let fin = fin_sent && len == avail;
@@ -1365,43 +1628,45 @@ impl Connection {
         self.rtt_sample = None;
         self.stats.retransmitted += 1;
         self.stats.fast_retransmits += 1;
-        Some(self.emit(buf, now, self.snd_una, f, offset..offset + len))
+        self.high_rxt = self.high_rxt.max(seq + len as u32 + u32::from(fin));
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+        Some(self.emit(buf, now, seq, f, offset..offset + len))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
-    /// `None` if nothing should go now.
-    fn next_data(&self, room: usize) -> Option<(usize, bool)> {
+    /// `None` if nothing should go now. `cwnd_room` is what congestion control
+    /// allows beyond SND.NXT.
+    fn next_data(&self, room: usize, mss: usize, cwnd_room: u32) -> Option<(usize, bool)> {
         let offset = self.snd_nxt.diff(self.send_base);
-        let avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
+        let mut avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
             .try_into()
             .ok()?;
-        // The usable window (RFC 5681 §3.1): the peer's, further bounded by cwnd,
-        // which Limited Transmit (RFC 3042 §2) stretches by a segment for each of the
-        // first two duplicate ACKs, so that a small window still yields the third.
-        let limited_transmit = if self.in_recovery {
-            0
-        } else {
-            self.dup_acks.min(2)
-        };
-        let cwnd = self
-            .cc
-            .window()
-            .saturating_add(limited_transmit * self.send_mss as u32);
-        let wnd = self.snd_wnd.min(cwnd);
-        let mut allowance = (self.snd_una + wnd).distance_from(self.snd_nxt) as usize;
+        let resend = self.snd_nxt < self.snd_max;
+        if resend {
+            // Going back: stop short of what the peer holds.
+            if let Some(&(s, _)) = self.scoreboard.iter().find(|r| r.0 > self.snd_nxt) {
+                avail = avail.min(s.distance_from(self.snd_nxt) as usize);
+            }
+        }
+        let rwnd_room = (self.snd_una + self.snd_wnd).distance_from(self.snd_nxt);
+        let mut allowance = rwnd_room.min(cwnd_room) as usize;
         let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
         if forced {
             // RFC 9293 §3.8.6.1: a probe carries one byte beyond the zero window.
             allowance = 1;
         }
-        let len = avail.min(allowance).min(self.send_mss).min(room);
+        let len = avail.min(allowance).min(mss).min(room);
         // The FIN occupies a sequence number, so it needs room in the window too.
-        let fin = self.fin_queued && len == avail && allowance > len;
+        let fin = self.fin_queued
+            && len == avail
+            && allowance > len
+            && offset + len as i32 == self.send_buf.len() as i32;
         if len == 0 && !fin {
             return None;
         }
-        let resend = self.snd_nxt < self.snd_max;
-        if !fin && !forced && !resend && len < self.send_mss {
+        if !fin && !forced && !resend && len < mss {
             // Sender SWS avoidance (RFC 9293 §3.8.6.2.1) with Nagle (§3.7.4): a short
             // segment only if it empties the queue while nothing is unacknowledged
             // (or Nagle is off), or if it is half the largest window the peer offered.
@@ -1438,6 +1703,48 @@ impl Connection {
         }
     }
 
+    /// The SACK blocks to send (RFC 2018 §4): the runs beyond a hole that hold the
+    /// latest arrivals, newest first, as many as fit beside the timestamps.
+    fn sack_blocks(&self) -> [Option<(u32, u32)>; MAX_SACK_BLOCKS] {
+        let mut blocks = [None; MAX_SACK_BLOCKS];
+        if !self.sack_ok {
+            return blocks;
+        }
+        // 40 option bytes: 12 of timestamps leave room for 3 blocks of 8 beside the
+        // 2 NOPs and 2 bytes of the SACK option's head, 4 without them.
+        let fit = if self.ts_ok { 3 } else { MAX_SACK_BLOCKS };
+        let next = self.recv.offset();
+        let mut count = 0;
+        for run in self
+            .sack_recent
+            .iter()
+            .filter_map(|&at| self.recv.run_at(at))
+        {
+            let block = (
+                (self.rcv_nxt + (run.0 - next) as u32).0,
+                (self.rcv_nxt + (run.1 - next) as u32).0,
+            );
+            if count == fit {
+                break;
+            }
+            if !blocks[..count].contains(&Some(block)) {
+                blocks[count] = Some(block);
+                count += 1;
+            }
+        }
+        blocks
+    }
+
+    /// Option bytes on a data segment or ACK now: timestamps, SACK blocks with two
+    /// NOPs.
+    fn options_len(&self) -> usize {
+        let ts = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        match self.sack_blocks().iter().flatten().count() {
+            0 => ts,
+            n => ts + 4 + 8 * n,
+        }
+    }
+
     /// The options of a segment with flags `f`, written into `buf`; returns their
     /// length.
     fn write_segment_options(&self, f: u8, now: Time, buf: &mut [u8]) -> usize {
@@ -1450,7 +1757,7 @@ impl Connection {
                 0
             },
         };
-        let mut list = [TcpOption::NoOp; 6];
+        let mut list = [TcpOption::NoOp; 8];
         let mut count = 0;
         let mut push = |o| {
             list[count] = o;
@@ -1464,22 +1771,48 @@ impl Connection {
             } else {
                 (self.wscale_agreed, self.ts_ok)
             };
+            let sack = if self.state == TcpState::SynSent {
+                self.config.sack
+            } else {
+                self.sack_ok
+            };
             push(TcpOption::Mss(self.config.mss));
             if wscale {
                 push(TcpOption::NoOp);
                 push(TcpOption::WindowScale(self.our_wscale()));
             }
+            // SACK-permitted takes the place of the NOPs before timestamps, as
+            // Linux lays them out, to stay within 20 option bytes.
+            match (sack, timestamps) {
+                (true, true) => push(TcpOption::SackPermitted),
+                (true, false) => {
+                    push(TcpOption::NoOp);
+                    push(TcpOption::NoOp);
+                    push(TcpOption::SackPermitted);
+                }
+                (false, true) => {
+                    push(TcpOption::NoOp);
+                    push(TcpOption::NoOp);
+                }
+                (false, false) => {}
+            }
             if timestamps {
+                push(ts);
+            }
+        } else if f & flags::RST == 0 {
+            if self.ts_ok {
+                // RFC 7323 §3.2: once agreed, on every segment but a RST (where it
+                // MAY go; Linux leaves it out too).
                 push(TcpOption::NoOp);
                 push(TcpOption::NoOp);
                 push(ts);
             }
-        } else if self.ts_ok && f & flags::RST == 0 {
-            // RFC 7323 §3.2: once agreed, on every segment but a RST (where it MAY
-            // go; Linux leaves it out too).
-            push(TcpOption::NoOp);
-            push(TcpOption::NoOp);
-            push(ts);
+            let blocks = self.sack_blocks();
+            if blocks[0].is_some() && f & flags::ACK != 0 {
+                push(TcpOption::NoOp);
+                push(TcpOption::NoOp);
+                push(TcpOption::Sack(blocks));
+            }
         }
         write_options(&list[..count], buf).expect("the options fit")
     }
@@ -1494,7 +1827,7 @@ impl Connection {
         f: u8,
         data: std::ops::Range<usize>,
     ) -> usize {
-        let mut opts = [0; SYN_HEADER_LEN - MIN_HEADER_LEN];
+        let mut opts = [0; MAX_OPTIONS_LEN];
         let n = self.write_segment_options(f, now, &mut opts);
         let options = &opts[..n];
         let ack = f & flags::ACK != 0;

@@ -15,8 +15,11 @@
 //! probing, keep-alive, delayed ACKs and Nagle's algorithm (all switchable), and
 //! congestion control ([`Congestion`]: RFC 5681 NewReno, or CUBIC per RFC 9438 with
 //! its Reno-friendly region and fast convergence, the default): slow start, fast
-//! retransmit with NewReno recovery (RFC 6582) and Limited Transmit (RFC 3042).
-//! Not yet: SACK (RFC 2018), HyStart, and the sockets over the multiplexer. Of RFC
+//! retransmit with Limited Transmit (RFC 3042), SACK (RFC 2018: negotiated, blocks
+//! sent newest first for out-of-order data, a scoreboard driving RFC 6675 loss
+//! recovery with IsLost, NextSeg and pipe, stale or forged blocks ignored) and,
+//! without SACK, NewReno recovery (RFC 6582). Not yet: RFC 6675's optional rescue
+//! retransmission, D-SACK (RFC 2883), HyStart, and the sockets over the multiplexer. Of RFC
 //! 7323, a non-RST segment without timestamps on a connection that agreed to them
 //! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
 //! carries no timestamps (§3.2 allows either).

@@ -58,6 +58,8 @@ struct Sent {
     len: usize,
     /// The timestamps option as (TSval, TSecr).
     ts: Option<(u32, u32)>,
+    /// SACK blocks, the present ones first.
+    sack: [Option<(u32, u32)>; 4],
 }
 
 impl Sent {
@@ -242,6 +244,22 @@ impl Net {
             _ => None,
         });
         assert_eq!(ts, ep_ts);
+        // SACK blocks likewise.
+        let sack = TcpOptionIter::new(r.options)
+            .map(Result::unwrap)
+            .find_map(|o| match o {
+                TcpOption::Sack(b) => Some(b),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let ep_sack = h.options_iterator().find_map(|o| match o {
+            Ok(etherparse::TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
+                Some([Some(first), rest[0], rest[1], rest[2]])
+            }
+            _ => None,
+        });
+        assert_eq!(sack, ep_sack.unwrap_or_default());
+        assert!(r.options.len() <= 40);
         let sent = Sent {
             at: self.now,
             from,
@@ -251,6 +269,7 @@ impl Net {
             window: r.window,
             len: r.payload.len(),
             ts,
+            sack,
         };
         self.log.push(sent);
         if !(self.pass)(&sent) || self.rng.chance(self.faults.loss) {
@@ -494,6 +513,8 @@ proptest! {
         spacing_us in 0u64..50,
         window_scaling: bool,
         timestamps in 0u8..4,
+        sack in 0u8..4,
+        cubic: bool,
     ) {
         let spacing = Duration::from_micros(spacing_us);
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
@@ -504,10 +525,13 @@ proptest! {
             delayed_ack: delayed_ack.then_some(ms(40)),
             window_scaling,
             timestamps: timestamps & 1 != 0,
+            sack: sack & 1 != 0,
+            congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
             ..fast_config()
         };
         let cfg_b = TcpConfig {
             timestamps: timestamps & 2 != 0,
+            sack: sack & 2 != 0,
             ..cfg.clone()
         };
         let mut n = Net::client_server(seed, faults, cfg, cfg_b);
@@ -1239,8 +1263,9 @@ fn slow_start_from_the_initial_window() {
 /// Drops the first transmission of end 0's data segments with these indices in the
 /// stream, then checks that the transfer needed no timeout: every loss resent
 /// within a second (the RTO floor), and nothing else sent twice.
-fn recover_without_timeout(losses: &'static [u32]) {
-    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+fn recover_without_timeout(losses: &'static [u32], cfg: TcpConfig, spacing: Duration) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = spacing;
     let first = last_from(&n, 0).seq;
     let mss = n.conn(0).send_mss() as u32;
     let mut dropped = Vec::new();
@@ -1270,18 +1295,185 @@ fn recover_without_timeout(losses: &'static [u32]) {
         assert_eq!(sent.len(), 2);
         assert!(sent[1].saturating_duration_since(sent[0]) < secs(1));
     }
+    n
+}
+
+fn no_sack() -> TcpConfig {
+    TcpConfig {
+        sack: false,
+        ..TcpConfig::default()
+    }
+}
+
+/// When end 0 sent the data segment at `seq` again.
+fn resent_at(n: &Net, seq: u32) -> Time {
+    let sends: Vec<Time> = data_from_a(n)
+        .iter()
+        .filter(|d| d.1 == seq)
+        .map(|d| d.0)
+        .collect();
+    sends[1]
 }
 
 #[test]
 fn fast_retransmit_repairs_a_loss() {
-    recover_without_timeout(&[10]);
+    recover_without_timeout(&[10], TcpConfig::default(), Duration::ZERO);
+    recover_without_timeout(&[10], no_sack(), Duration::ZERO);
 }
 
 #[test]
 fn newreno_repairs_several_losses_in_one_window() {
     // 10 and 13 in one window (a partial ACK), 17 just after recovery with a window
     // too small for three duplicate ACKs but for Limited Transmit.
-    recover_without_timeout(&[10, 13, 17]);
+    recover_without_timeout(&[10, 13, 17], no_sack(), Duration::ZERO);
+}
+
+/// Seconds between the first and last retransmission of three losses in one
+/// flight of segments arriving 10 µs apart, each acknowledged on its own.
+fn repair_span(cfg: TcpConfig) -> Duration {
+    let n = recover_without_timeout(&[30, 33, 36], cfg, Duration::from_micros(10));
+    let first = n.log.iter().find(|s| s.from == 0 && s.len > 0).unwrap().seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let at = |i: u32| resent_at(&n, first.wrapping_add(i * mss));
+    at(36).saturating_duration_since(at(30))
+}
+
+#[test]
+fn newreno_repairs_one_hole_per_round_trip() {
+    // A partial ACK a round trip (10 ms) after each retransmission shows the next
+    // hole.
+    assert!(repair_span(no_sack()) >= ms(20));
+}
+
+#[test]
+fn sack_repairs_several_losses_in_one_round_trip() {
+    let n = recover_without_timeout(&[10, 13, 17], TcpConfig::default(), Duration::ZERO);
+    assert!(n.conn(0).sack() && n.conn(1).sack());
+    assert!(n.conn(0).stats().sack_blocks_received > 0);
+    assert_eq!(n.conn(0).stats().sack_blocks_ignored, 0);
+    // The scoreboard shows each hole once three segments above it are SACKed
+    // (RFC 6675 IsLost): all go out within the round trip.
+    assert!(repair_span(TcpConfig::default()) < ms(10));
+}
+
+#[test]
+fn sack_blocks_report_the_latest_arrival_first() {
+    for timestamps in [true, false] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..TcpConfig::default()
+        };
+        let mut n = established_pair(cfg.clone(), cfg);
+        let (rcv_nxt, b_nxt) = b_view(&n);
+        let data = [7u8; 100];
+        let block = |k: u32| {
+            let s = rcv_nxt.wrapping_add(200 * k);
+            (s, s + 100)
+        };
+        // Islands of 100 bytes at 200, 400, ..., 1000 beyond a hole at RCV.NXT.
+        let mut reports = vec![];
+        for k in 1..=5 {
+            let seg = forged(0, block(k).0, b_nxt, flags::ACK, &data);
+            let acks = answer(&mut n, 1, &seg);
+            assert_eq!(acks.len(), 1);
+            assert_eq!(acks[0].ack, rcv_nxt);
+            reports.push(acks[0].sack);
+        }
+        let most = if timestamps { 3 } else { 4 };
+        for (i, r) in reports.iter().enumerate() {
+            // RFC 2018 §4: the newest island first, then the ones reported before.
+            let want: Vec<_> = (1..=i as u32 + 1)
+                .rev()
+                .take(most)
+                .map(|k| Some(block(k)))
+                .collect();
+            assert_eq!(&r[..want.len()], &want[..], "{timestamps}");
+            assert!(r[want.len()..].iter().all(Option::is_none));
+        }
+        // A segment joining islands 2 and 3 reports the joined block first.
+        let seg = forged(0, block(2).1, b_nxt, flags::ACK, &data);
+        let acks = answer(&mut n, 1, &seg);
+        let joined = Some((block(2).0, block(3).1));
+        assert_eq!(acks[0].sack[0], joined);
+        assert!(!acks[0].sack[1..].contains(&joined));
+        // Holes filled one by one: blocks delivered in order drop out.
+        let hole = |k: u32| (block(k).0.wrapping_sub(100), block(k).0);
+        let fill = |n: &mut Net, k: u32| {
+            let seg = forged(0, hole(k).0, b_nxt, flags::ACK, &data);
+            let acks = answer(n, 1, &seg);
+            (acks[0].ack, acks[0].sack)
+        };
+        assert_eq!(fill(&mut n, 1).0, rcv_nxt);
+        let seg = forged(0, rcv_nxt, b_nxt, flags::ACK, &data);
+        let acks = answer(&mut n, 1, &seg);
+        assert_eq!((acks[0].ack, acks[0].sack[0]), (block(1).1, joined));
+        assert_eq!(
+            fill(&mut n, 2),
+            (block(3).1, [Some(block(5)), Some(block(4)), None, None])
+        );
+        assert_eq!(
+            fill(&mut n, 4),
+            (block(4).1, [Some(block(5)), None, None, None])
+        );
+        assert_eq!(fill(&mut n, 5), (block(5).1, [None; 4]));
+    }
+}
+
+#[test]
+fn sack_negotiation() {
+    for (a, b) in [(true, true), (true, false), (false, true)] {
+        let mk = |sack| TcpConfig {
+            sack,
+            ..TcpConfig::default()
+        };
+        let n = established_pair(mk(a), mk(b));
+        assert_eq!(n.conn(0).sack(), a && b);
+        assert_eq!(n.conn(1).sack(), a && b);
+    }
+}
+
+#[test]
+fn sack_blocks_outside_the_flight_are_ignored() {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    n.apps[0].out = pattern(20_000, 0);
+    n.step();
+    // Data in flight; end 1's ACKs forged with hostile blocks.
+    let (una, max) = (last_from(&n, 1).ack, last_from(&n, 0).seq);
+    let before = n.conn(0).stats().clone();
+    let (tsval, tsecr) = last_from(&n, 1).ts.unwrap();
+    for (l, r) in [
+        (una.wrapping_sub(5000), una),
+        (max.wrapping_add(2000), max.wrapping_add(3000)),
+        (una.wrapping_add(3000), una.wrapping_add(1000)),
+        (una.wrapping_add(0x8000_0000), una.wrapping_add(0x8000_1000)),
+    ] {
+        let mut opts = [0u8; 40];
+        let len = write_options(
+            &[
+                TcpOption::NoOp,
+                TcpOption::NoOp,
+                TcpOption::Timestamps { tsval, tsecr },
+                TcpOption::NoOp,
+                TcpOption::NoOp,
+                TcpOption::Sack([Some((l, r)), None, None, None]),
+            ],
+            &mut opts,
+        )
+        .unwrap();
+        let window = last_from(&n, 1).window;
+        let mut r = forged(1, last_from(&n, 0).ack, una, flags::ACK, &[]);
+        r.options = &opts[..len];
+        r.window = window;
+        let now = n.now;
+        n.conn_mut(0).handle_segment(&r, now);
+    }
+    let st = n.conn(0).stats();
+    assert_eq!(st.sack_blocks_ignored, before.sack_blocks_ignored + 4);
+    assert_eq!(st.sack_blocks_received, before.sack_blocks_received);
+    assert_eq!(st.fast_retransmits, 0);
+    // The transfer goes on undisturbed.
+    assert!(n.run_until(n.now + secs(10), |n| n.apps[1].got.len() == 20_000));
+    assert_eq!(n.conn(0).stats().retransmitted, 0);
 }
 
 /// Most data bytes end 0 sent within any `span`.
