@@ -56,8 +56,14 @@ pub struct TcpConfig {
     /// Bytes the application may queue for sending, unacknowledged ones included.
     pub send_buffer: usize,
     /// Receive buffer and so the largest window offered: at most 65535 bytes
-    /// unless both ends scale windows, and at most 65535 × 2^14 bytes.
+    /// unless both ends scale windows, and at most 65535 × 2^14 bytes. With
+    /// auto-tuning ([`TcpConfig::recv_buffer_max`]) the size to start from.
     pub recv_buffer: usize,
+    /// Receive-buffer auto-tuning (Linux's dynamic right-sizing): the buffer grows
+    /// up to this size while the application reads as fast as data arrives, so the
+    /// window keeps up with the path's bandwidth-delay product. The window scale
+    /// offered on the SYN covers this ceiling. At most `recv_buffer` disables it.
+    pub recv_buffer_max: usize,
     /// Offer window scaling (RFC 7323 §2) in our SYN, or accept a peer's offer.
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) in our SYN, or accept a peer's offer: RTT
@@ -132,6 +138,7 @@ impl Default for TcpConfig {
             mss: 1460,
             send_buffer: 256 * 1024,
             recv_buffer: MAX_WINDOW,
+            recv_buffer_max: 4 << 20,
             window_scaling: true,
             timestamps: true,
             initial_rto: Duration::from_secs(1),
@@ -205,6 +212,8 @@ pub struct TcpStats {
     pub challenge_acks: u64,
     /// See `challenge_acks`.
     pub challenge_acks_suppressed: u64,
+    /// Receive-buffer growths by auto-tuning ([`TcpConfig::recv_buffer_max`]).
+    pub recv_buffer_growths: u64,
     /// Segments dropped by PAWS (RFC 7323 §5.3 R1): a timestamp older than TS.Recent.
     pub paws_rejected: u64,
     /// RTT samples taken from timestamp echoes (RFC 7323 §4).
@@ -398,6 +407,18 @@ pub struct Connection {
     /// Stream offsets of the latest out-of-order arrivals, newest first: the SACK
     /// blocks we send are the runs holding them, in this order (RFC 2018 §4).
     sack_recent: VecDeque<u64>,
+    /// Bytes the application has read, for auto-tuning.
+    app_read: u64,
+    /// Start of the current auto-tuning round (about an RTT) and `app_read` then.
+    drs_mark: Option<(Time, u64)>,
+    /// Most bytes read in one round so far (Linux's rcvq_space.space).
+    drs_space: u64,
+    /// The receiver's RTT estimate, from timestamp echoes or the time a window
+    /// takes to arrive (Linux's rcv_rtt_est).
+    rcv_rtt: Option<Duration>,
+    /// Without timestamps: the sequence number that completes the window in
+    /// flight, and when the measurement began.
+    rcv_rtt_window: Option<(SeqNum, Time)>,
     /// Where the peer's FIN lies, once seen, possibly ahead of a hole.
     rx_fin: Option<SeqNum>,
     fin_received: bool,
@@ -460,6 +481,9 @@ impl Connection {
         state: TcpState,
     ) -> Self {
         config.recv_buffer = config.recv_buffer.min(MAX_WINDOW << MAX_WSCALE);
+        config.recv_buffer_max = config
+            .recv_buffer_max
+            .clamp(config.recv_buffer, MAX_WINDOW << MAX_WSCALE);
         // RFC 9293 §3.8.6.3: the delay MUST be less than 0.5 s.
         config.delayed_ack = config.delayed_ack.map(|d| d.min(MAX_ACK_DELAY));
         Connection {
@@ -494,6 +518,13 @@ impl Connection {
             rcv_adv: SeqNum(0),
             recv: RecvBuffer::new(config.recv_buffer),
             sack_recent: VecDeque::new(),
+            app_read: 0,
+            drs_mark: None,
+            // Linux's tcp_init_buffer_space: the initial window, at most 10
+            // segments.
+            drs_space: config.recv_buffer.min(10 * usize::from(config.mss)) as u64,
+            rcv_rtt: None,
+            rcv_rtt_window: None,
             rx_fin: None,
             fin_received: false,
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
@@ -636,7 +667,7 @@ impl Connection {
     /// The shift that lets the window field cover the whole receive buffer.
     fn our_wscale(&self) -> u8 {
         (0..MAX_WSCALE)
-            .find(|&s| self.config.recv_buffer >> s <= MAX_WINDOW)
+            .find(|&s| self.config.recv_buffer_max >> s <= MAX_WINDOW)
             .unwrap_or(MAX_WSCALE)
     }
 
@@ -721,6 +752,7 @@ impl Connection {
     /// Reads received data in order; returns how many bytes were copied.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let n = self.recv.read(buf);
+        self.app_read += n as u64;
         if n > 0 && !self.fin_received {
             // Tell the peer when reading opened the window enough to matter: by the
             // SWS threshold and at least doubling what it may send (as Linux does).
@@ -731,6 +763,12 @@ impl Connection {
             }
         }
         n
+    }
+
+    /// The receive buffer's size now: [`TcpConfig::recv_buffer`], or more once
+    /// auto-tuning grew it.
+    pub fn recv_buffer(&self) -> usize {
+        self.recv.capacity()
     }
 
     /// Bytes ready for [`Connection::recv`].
@@ -1318,6 +1356,10 @@ impl Connection {
         let at = self.recv.offset() + off as u64;
         let advanced = self.recv.write(off, data);
         self.rcv_nxt = self.rcv_nxt + advanced as u32;
+        if advanced > 0 {
+            self.measure_rcv_rtt(seg, now);
+            self.tune_recv_buffer(now);
+        }
         if self.sack_ok {
             // RFC 2018 §4: the block holding the latest arrival goes first; ones
             // delivered in order since are dropped.
@@ -1347,6 +1389,69 @@ impl Connection {
                 }
             }
             None => self.ack_now = true,
+        }
+    }
+
+    /// Linux's tcp_rcv_rtt_measure_ts and tcp_rcv_rtt_measure: the receiver's RTT
+    /// from the echo of our TSval on new data (smoothed by 1/8), or else from the
+    /// time a whole window takes to arrive (an overestimate, so the least is kept).
+    fn measure_rcv_rtt(&mut self, seg: &Segment, now: Time) {
+        if let Some((_, tsecr)) = seg.ts.filter(|t| t.1 != 0) {
+            let d = self.ts_now(now).wrapping_sub(tsecr);
+            if d as i32 >= 0 {
+                let sample = Duration::from_millis(u64::from(d.max(1)));
+                self.rcv_rtt = Some(match self.rcv_rtt {
+                    Some(r) => r - r / 8 + sample / 8,
+                    None => sample,
+                });
+            }
+            return;
+        }
+        match self.rcv_rtt_window {
+            Some((seq, _)) if self.rcv_nxt < seq => return,
+            Some((_, start)) => {
+                let sample = now.saturating_duration_since(start);
+                self.rcv_rtt = Some(self.rcv_rtt.map_or(sample, |r| r.min(sample)));
+            }
+            None => {}
+        }
+        let window = self.rcv_adv.distance_from(self.rcv_nxt);
+        self.rcv_rtt_window = Some((self.rcv_nxt + window.max(1), now));
+    }
+
+    /// Dynamic right-sizing (Fisk and Feng; Linux's tcp_rcv_space_adjust): once per
+    /// receiver RTT, if the application read more than in any round before, it
+    /// keeps up and the window is what limits the sender, so the buffer grows to
+    /// twice that, and more while the rate still climbs (a sender in slow start
+    /// doubles per round trip).
+    fn tune_recv_buffer(&mut self, now: Time) {
+        let ceiling = self
+            .config
+            .recv_buffer_max
+            .min(MAX_WINDOW << self.rcv_wscale);
+        if self.recv.capacity() >= ceiling {
+            return;
+        }
+        let Some(rtt) = self.rcv_rtt.or(self.rtt.srtt()) else {
+            return;
+        };
+        let (start, read) = *self.drs_mark.get_or_insert((now, self.app_read));
+        if now.saturating_duration_since(start) < rtt {
+            return;
+        }
+        self.drs_mark = Some((now, self.app_read));
+        let copied = self.app_read - read;
+        if copied <= self.drs_space {
+            return;
+        }
+        let space = self.drs_space.max(1);
+        let mut window = 2 * copied + 16 * u64::from(self.config.mss);
+        window += 2 * window * (copied - space) / space;
+        self.drs_space = copied;
+        let target = (window.min(ceiling as u64)) as usize;
+        if target > self.recv.capacity() {
+            self.recv.grow(target);
+            self.stats.recv_buffer_growths += 1;
         }
     }
 

@@ -18,7 +18,10 @@
 //! retransmit with Limited Transmit (RFC 3042), SACK (RFC 2018: negotiated, blocks
 //! sent newest first for out-of-order data, a scoreboard driving RFC 6675 loss
 //! recovery with IsLost, NextSeg and pipe, stale or forged blocks ignored) and,
-//! without SACK, NewReno recovery (RFC 6582). Not yet: RFC 6675's optional rescue
+//! without SACK, NewReno recovery (RFC 6582), and receive-buffer auto-tuning
+//! (Linux's dynamic right-sizing: the buffer grows towards
+//! [`TcpConfig::recv_buffer_max`] while the application keeps up, the window scale
+//! chosen for that ceiling). Not yet: RFC 6675's optional rescue
 //! retransmission, D-SACK (RFC 2883), HyStart, and the sockets over the multiplexer. Of RFC
 //! 7323, a non-RST segment without timestamps on a connection that agreed to them
 //! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST

@@ -33,6 +33,16 @@ impl RecvBuffer {
         self.capacity - self.ready.len()
     }
 
+    /// The capacity.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Raises the capacity (never lowers it: the window offered must not shrink).
+    pub(crate) fn grow(&mut self, capacity: usize) {
+        self.capacity = self.capacity.max(capacity);
+    }
+
     /// Bytes ready to read.
     pub(crate) fn len(&self) -> usize {
         self.ready.len()

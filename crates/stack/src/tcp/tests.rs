@@ -837,8 +837,10 @@ fn zero_window_probes_then_window_update() {
         max_retransmissions: 3,
         ..fast_config()
     };
+    // Without auto-tuning the window scale is 0 and the window exact to the byte.
     let b = TcpConfig {
         recv_buffer: 4096,
+        recv_buffer_max: 0,
         ..fast_config()
     };
     let mut n = established_pair(a, b);
@@ -1527,13 +1529,89 @@ fn window_scaling_opens_windows_past_64k() {
     }
 }
 
+/// End 0 sends 3 MB to end 1 over a 100 ms path; returns the network and the
+/// most bytes end 0 sent within one round trip.
+fn bulk_over_long_path(b: TcpConfig, read_chunk: usize) -> (Net, usize) {
+    let a = TcpConfig {
+        send_buffer: 4 << 20,
+        ..b.clone()
+    };
+    let rtt = ms(100);
+    let faults = Faults {
+        delay: rtt / 2,
+        spacing: Duration::from_micros(10),
+        ..Faults::default()
+    };
+    let n = transfer_with(
+        Net::client_server(5, faults, a, b),
+        [3_000_000, 0],
+        read_chunk,
+    );
+    let most = max_sent_within(&n, rtt);
+    (n, most)
+}
+
+#[test]
+fn auto_tuning_grows_the_window_for_a_fast_reader() {
+    for timestamps in [true, false] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..TcpConfig::default()
+        };
+        let (n, most) = bulk_over_long_path(cfg.clone(), 0);
+        // From 64 KiB towards the 4 MiB ceiling: the receiver's RTT comes from
+        // the echoes, or from the time a window takes.
+        let b = n.conn(1);
+        assert!(
+            b.recv_buffer() > 1 << 20,
+            "{timestamps}: {}",
+            b.recv_buffer()
+        );
+        assert!(b.stats().recv_buffer_growths > 2);
+        assert!(most > 500_000, "{timestamps}: {most}");
+        // Without auto-tuning the first window is the last.
+        let fixed = TcpConfig {
+            recv_buffer_max: 0,
+            ..cfg
+        };
+        let (n, most) = bulk_over_long_path(fixed, 0);
+        assert_eq!(n.conn(1).recv_buffer(), 65535);
+        assert!(most <= 65535, "{most}");
+    }
+}
+
+#[test]
+fn auto_tuning_leaves_a_stalled_reader_alone() {
+    let a = TcpConfig {
+        send_buffer: 4 << 20,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(a, TcpConfig::default());
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[1].read = false;
+    n.apps[0].out = pattern(3_000_000, 0);
+    // The reader does not read: the buffer fills and stays as it was.
+    n.run_until(n.now + secs(3), |_| false);
+    let b = n.conn(1);
+    // (Full but for less than 2^7, the granularity of the window scaled for
+    // the 4 MiB ceiling.)
+    assert!(b.recv_queue_len() > 65535 - 128);
+    assert_eq!(b.recv_buffer(), 65535);
+    assert_eq!(b.stats().recv_buffer_growths, 0);
+    // It reads again, and keeps up: the buffer grows.
+    n.apps[1].read = true;
+    assert!(n.run_until(n.now + secs(30), |n| n.apps[1].got.len() == 3_000_000));
+    assert!(n.conn(1).recv_buffer() > 65535);
+}
+
 #[test]
 fn window_scale_option_negotiation() {
     let cfg = TcpConfig {
         recv_buffer: 1 << 20,
+        recv_buffer_max: 0,
         ..fast_config()
     };
-    let synack_of = |syn: &TcpRepr| {
+    let synack_of = |cfg: &TcpConfig, syn: &TcpRepr| {
         let mut c = Connection::accept(cfg.clone(), ADDR[1], ADDR[0], SeqNum(9), syn).unwrap();
         let mut buf = [0; 100];
         let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
@@ -1551,9 +1629,15 @@ fn window_scale_option_negotiation() {
         options: &opts,
         ..forged(0, 1, 0, flags::SYN, &[])
     };
-    assert_eq!(synack_of(&syn), (Some(5), 65535));
+    assert_eq!(synack_of(&cfg, &syn), (Some(5), 65535));
     // Not offered: not answered.
-    assert_eq!(synack_of(&forged(0, 1, 0, flags::SYN, &[])), (None, 65535));
+    assert_eq!(
+        synack_of(&cfg, &forged(0, 1, 0, flags::SYN, &[])),
+        (None, 65535)
+    );
+    // With auto-tuning the shift covers the ceiling: 7 for 4 MiB, though the
+    // buffer starts at 64 KiB.
+    assert_eq!(synack_of(&TcpConfig::default(), &syn), (Some(7), 65535));
 }
 
 proptest! {
