@@ -102,6 +102,10 @@ pub struct TcpConfig {
     pub challenge_ack_limit: u32,
     /// The congestion control algorithm: CUBIC (RFC 9438) by default, as Linux.
     pub congestion: Congestion,
+    /// Header prediction: a short path for the common segment in ESTABLISHED
+    /// (see [`TcpStats::header_predicted`]); off runs every segment through the
+    /// general processing of RFC 9293 §3.10.7.4, which gives the same results.
+    pub header_prediction: bool,
     /// Offer selective acknowledgments (RFC 2018) in our SYN, or accept a peer's
     /// offer: SACK blocks for out-of-order data, and loss recovery by the
     /// scoreboard (RFC 6675) rather than NewReno's one hole per round trip.
@@ -153,6 +157,7 @@ impl Default for TcpConfig {
             challenge_ack_limit: 100,
             congestion: Congestion::Cubic,
             sack: true,
+            header_prediction: true,
         }
     }
 }
@@ -212,6 +217,8 @@ pub struct TcpStats {
     pub challenge_acks: u64,
     /// See `challenge_acks`.
     pub challenge_acks_suppressed: u64,
+    /// Segments that took the header-prediction path.
+    pub header_predicted: u64,
     /// Receive-buffer growths by auto-tuning ([`TcpConfig::recv_buffer_max`]).
     pub recv_buffer_growths: u64,
     /// Segments dropped by PAWS (RFC 7323 §5.3 R1): a timestamp older than TS.Recent.
@@ -224,6 +231,9 @@ pub struct TcpStats {
     pub sack_blocks_ignored: u64,
 }
 
+/// SACK blocks as (left, right) edges, the present ones first (RFC 2018 §3).
+type SackBlocks = [Option<(u32, u32)>; MAX_SACK_BLOCKS];
+
 /// The fields of a received segment the state machine reads.
 #[derive(Debug, Clone, Copy)]
 struct Segment<'a> {
@@ -234,7 +244,9 @@ struct Segment<'a> {
     /// The timestamps option as (TSval, TSecr), if the segment carried one.
     ts: Option<(u32, u32)>,
     /// SACK blocks (RFC 2018 §3), if SACK was agreed and the segment carried them.
-    sack: [Option<(u32, u32)>; MAX_SACK_BLOCKS],
+    sack: SackBlocks,
+    /// No options but timestamps and padding (header prediction's condition).
+    plain_options: bool,
     payload: &'a [u8],
 }
 
@@ -268,6 +280,7 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
             window: 0,
             ts: None,
             sack: [None; MAX_SACK_BLOCKS],
+            plain_options: true,
             payload: seg.payload,
         };
         (0, (s.seq + s.len()).0, flags::RST | flags::ACK)
@@ -318,15 +331,29 @@ fn sack_permitted_option(seg: &TcpRepr) -> bool {
         .any(|o| matches!(o, TcpOption::SackPermitted))
 }
 
-/// A segment's SACK blocks, if well-formed.
-fn sack_option(seg: &TcpRepr) -> [Option<(u32, u32)>; MAX_SACK_BLOCKS] {
-    TcpOptionIter::new(seg.options)
-        .map_while(Result::ok)
-        .find_map(|o| match o {
-            TcpOption::Sack(blocks) => Some(blocks),
-            _ => None,
-        })
-        .unwrap_or_default()
+/// The options of a segment on a synchronized connection, read in one pass: the
+/// timestamps, the SACK blocks, and whether there is nothing else (nor anything
+/// malformed), as header prediction requires.
+fn segment_options(seg: &TcpRepr) -> (Option<(u32, u32)>, SackBlocks, bool) {
+    let (mut ts, mut sack, mut plain) = (None, [None; MAX_SACK_BLOCKS], true);
+    for o in TcpOptionIter::new(seg.options) {
+        match o {
+            Ok(TcpOption::Timestamps { tsval, tsecr }) => ts = ts.or(Some((tsval, tsecr))),
+            Ok(TcpOption::NoOp | TcpOption::EndOfList) => {}
+            Ok(TcpOption::Sack(blocks)) => {
+                if sack[0].is_none() {
+                    sack = blocks;
+                }
+                plain = false;
+            }
+            Ok(_) => plain = false,
+            Err(_) => {
+                plain = false;
+                break;
+            }
+        }
+    }
+    (ts, sack, plain)
 }
 
 /// The peer's MSS option, if its SYN carried a well-formed one.
@@ -933,25 +960,84 @@ impl Connection {
     /// verified.
     pub fn handle_segment(&mut self, repr: &TcpRepr, now: Time) {
         self.stats.segments_received += 1;
+        let (ts, sack, plain_options) = segment_options(repr);
         let seg = Segment {
             seq: SeqNum(repr.seq_number),
             ack: SeqNum(repr.ack_number),
             flags: repr.flags,
             window: repr.window,
             // RFC 7323 §3.2: a TSopt is ignored unless both SYNs carried one.
-            ts: if self.ts_ok { ts_option(repr) } else { None },
+            ts: ts.filter(|_| self.ts_ok),
             sack: if self.sack_ok {
-                sack_option(repr)
+                sack
             } else {
                 [None; MAX_SACK_BLOCKS]
             },
+            plain_options,
             payload: repr.payload,
         };
+        if self.config.header_prediction && self.predicted(&seg, now) {
+            self.stats.header_predicted += 1;
+            return;
+        }
         match self.state {
             TcpState::Closed => {}
             TcpState::SynSent => self.on_syn_sent(&seg, repr, now),
             _ => self.on_synchronized(seg, now),
         }
+    }
+
+    /// Header prediction (Van Jacobson; BSD's tcp_input): in ESTABLISHED, the
+    /// common segment, the next in sequence with only ACK (and PSH) set, no options
+    /// but fresh timestamps, the window unchanged and nothing being resent, is
+    /// either a pure ACK of new data or in-order data acknowledging nothing new.
+    /// Either takes the steps of the general path that can apply to it, and
+    /// skips the checks that cannot fail; the general path stays the reference
+    /// ([`TcpConfig::header_prediction`] switches this off). False if `seg` is not
+    /// such a segment, having changed nothing.
+    fn predicted(&mut self, seg: &Segment, now: Time) -> bool {
+        let common = self.state == TcpState::Established
+            && seg.flags & !flags::PSH == flags::ACK
+            && seg.seq == self.rcv_nxt
+            && seg.plain_options
+            && seg.ts.is_some() == self.ts_ok
+            && seg
+                .ts
+                .is_none_or(|(tsval, _)| !ts_before(tsval, self.ts_recent))
+            && self.snd_wnd > 0
+            && self.peer_window(seg.window) == self.snd_wnd
+            && self.snd_nxt == self.snd_max
+            && (self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack));
+        if !common {
+            return false;
+        }
+        let pure_ack = seg.payload.is_empty()
+            && seg.ack > self.snd_una
+            && seg.ack <= self.snd_max
+            && !self.in_recovery
+            && self.scoreboard.is_empty();
+        let in_order_data = !seg.payload.is_empty()
+            && seg.ack == self.snd_una
+            && !self.recv.has_gap()
+            && self.rx_fin.is_none()
+            && seg.payload.len() <= self.recv.window();
+        if !pure_ack && !in_order_data {
+            return false;
+        }
+        self.last_heard = now;
+        self.keepalive_probes = 0;
+        self.update_ts_recent(seg, now);
+        if pure_ack {
+            self.congestion_on_ack(seg, now);
+            self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+        }
+        self.snd_wl1 = seg.seq;
+        self.snd_wl2 = seg.ack;
+        self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        if in_order_data {
+            self.take_text(seg, now);
+        }
+        true
     }
 
     /// RFC 9293 §3.10.7.3.
@@ -1522,9 +1608,14 @@ impl Connection {
     }
 
     /// RFC 9293 §3.8.6.2.2: the right edge moves only by at least min(buffer / 2,
-    /// MSS), so the peer is not invited to send tiny segments.
+    /// MSS), so the peer is not invited to send tiny segments. The MSS is what the
+    /// peer's full segments carry: with timestamps, 12 bytes less than ours (RFC
+    /// 6691), so that each of them moves the edge and the window field stays the
+    /// same, as header prediction wants.
     fn sws_threshold(&self) -> u32 {
-        (self.config.recv_buffer / 2).min(usize::from(self.config.mss)) as u32
+        let ts = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        let mss = usize::from(self.config.mss).saturating_sub(ts).max(1);
+        (self.recv.capacity() / 2).min(mss) as u32
     }
 
     fn advertise_window(&mut self, syn: bool) -> u16 {
@@ -1810,7 +1901,7 @@ impl Connection {
 
     /// The SACK blocks to send (RFC 2018 §4): the runs beyond a hole that hold the
     /// latest arrivals, newest first, as many as fit beside the timestamps.
-    fn sack_blocks(&self) -> [Option<(u32, u32)>; MAX_SACK_BLOCKS] {
+    fn sack_blocks(&self) -> SackBlocks {
         let mut blocks = [None; MAX_SACK_BLOCKS];
         if !self.sack_ok {
             return blocks;
@@ -1967,6 +2058,30 @@ impl Connection {
         repr.emit(buf, *self.local.ip(), *self.remote.ip())
             .expect("the segment fits: its payload was cut to the buffer");
         repr.buffer_len()
+    }
+}
+
+#[cfg(test)]
+impl Connection {
+    /// The whole state but the header-prediction switch and counter, to compare a
+    /// connection with the fast path with one without.
+    pub(crate) fn fingerprint(&self) -> String {
+        let mut c = self.clone();
+        c.config.header_prediction = false;
+        c.stats.header_predicted = 0;
+        format!("{c:?}")
+    }
+
+    /// RCV.NXT, SND.UNA, SND.MAX, the window field that repeats SND.WND, and
+    /// TS.Recent, for forging segments that hit the fast path.
+    pub(crate) fn view(&self) -> (u32, u32, u32, u16, u32) {
+        (
+            self.rcv_nxt.0,
+            self.snd_una.0,
+            self.snd_max.0,
+            (self.snd_wnd >> self.snd_wscale).min(MAX_WINDOW as u32) as u16,
+            self.ts_recent,
+        )
     }
 }
 

@@ -21,7 +21,9 @@
 //! without SACK, NewReno recovery (RFC 6582), and receive-buffer auto-tuning
 //! (Linux's dynamic right-sizing: the buffer grows towards
 //! [`TcpConfig::recv_buffer_max`] while the application keeps up, the window scale
-//! chosen for that ceiling). Not yet: RFC 6675's optional rescue
+//! chosen for that ceiling), and header prediction (Van Jacobson's fast path for
+//! the common segment in ESTABLISHED, [`TcpConfig::header_prediction`], checked
+//! against the general path by a property test). Not yet: RFC 6675's optional rescue
 //! retransmission, D-SACK (RFC 2883), HyStart, and the sockets over the multiplexer. Of RFC
 //! 7323, a non-RST segment without timestamps on a connection that agreed to them
 //! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST

@@ -1988,3 +1988,195 @@ fn paws_drops_a_duplicate_from_a_previous_incarnation() {
     assert_eq!(n.apps[1].got.len(), n.apps[0].out.len());
     assert!(n.apps[1].got != n.apps[0].out);
 }
+
+/// Two identical connections but for header prediction, established with data in
+/// flight both ways.
+fn prediction_pair(hp: bool) -> Net {
+    let cfg = TcpConfig {
+        header_prediction: hp,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    // Small buffers keep the fingerprints short.
+    n.apps[0].out = pattern(12_000, 0);
+    n.apps[1].out = pattern(6_000, 1);
+    n.apps[0].read = false;
+    for _ in 0..8 {
+        n.step();
+    }
+    n
+}
+
+/// Drains end 0's segments.
+fn drain(n: &mut Net) -> Vec<Vec<u8>> {
+    let mut out = vec![];
+    let mut buf = [0u8; 1600];
+    let now = n.now;
+    while let Some(len) = n.conn_mut(0).poll_transmit(now, &mut buf) {
+        out.push(buf[..len].to_vec());
+    }
+    out
+}
+
+/// One step of the prediction test on end 0, driven by `op`.
+fn prediction_step(n: &mut Net, op: (u8, u16, u16, u8, u16), our_tsval: u32) {
+    let (kind, a, b, c, len) = op;
+    let (rcv_nxt, una, max, wfield, ts_recent) = n.conn(0).view();
+    match kind % 8 {
+        0 => {
+            let mut buf = vec![0; usize::from(a % 5000)];
+            n.conn_mut(0).recv(&mut buf);
+        }
+        1 => {
+            n.conn_mut(0).send(&pattern(usize::from(a % 4000), 9));
+        }
+        2 => {
+            n.now = n.now + Duration::from_micros(u64::from(a) * 10);
+            let now = n.now;
+            if n.conn(0).poll_timeout().is_some_and(|t| t <= now) {
+                n.conn_mut(0).handle_timeout(now);
+            }
+        }
+        _ => {
+            let seq = match c % 8 {
+                0..=4 => rcv_nxt,
+                5 => rcv_nxt.wrapping_add(u32::from(a % 3000)),
+                6 => rcv_nxt.wrapping_sub(u32::from(a % 3000)),
+                _ => rcv_nxt.wrapping_add(u32::from(a)),
+            };
+            let flight = max.wrapping_sub(una);
+            let ack = match b % 8 {
+                0 | 1 => una,
+                2 | 3 => max,
+                4 => una.wrapping_add(u32::from(a) % (flight + 1)),
+                5 => una.wrapping_add(1448 * u32::from(a % 4)),
+                6 => max.wrapping_add(u32::from(a % 2000)),
+                _ => una.wrapping_sub(u32::from(a % 2000)),
+            };
+            let f = match (c >> 3) % 8 {
+                0..=3 => flags::ACK,
+                4 => flags::ACK | flags::PSH,
+                5 => flags::ACK | flags::FIN,
+                6 => [flags::RST, flags::SYN, flags::ACK | flags::URG, 0][usize::from(a % 4)],
+                _ => flags::ACK | flags::RST,
+            };
+            let window = match (b >> 4) % 6 {
+                0..=3 => wfield,
+                4 => 0,
+                _ => wfield.wrapping_add(a % 300),
+            };
+            let tsval = ts_recent
+                .wrapping_add(u32::from(b >> 8) % 6)
+                .wrapping_sub(1);
+            let sack_l = una.wrapping_add(u32::from(a % 3) * 1448);
+            let sack_r = sack_l.wrapping_add(u32::from(b % 3000));
+            let ts = TcpOption::Timestamps {
+                tsval,
+                tsecr: our_tsval,
+            };
+            let sack = TcpOption::Sack([Some((sack_l, sack_r)), None, None, None]);
+            let unknown = TcpOption::Unknown {
+                kind: 30,
+                data: &[1, 2],
+            };
+            let opts: &[TcpOption] = match (c >> 6) % 4 {
+                0 | 1 => &[TcpOption::NoOp, TcpOption::NoOp, ts],
+                2 => match a % 3 {
+                    0 => &[],
+                    1 => &[
+                        TcpOption::NoOp,
+                        TcpOption::NoOp,
+                        ts,
+                        TcpOption::NoOp,
+                        TcpOption::NoOp,
+                        sack,
+                    ],
+                    _ => &[ts, unknown],
+                },
+                _ => &[TcpOption::NoOp, TcpOption::NoOp, ts],
+            };
+            let mut obuf = [0u8; 40];
+            let olen = write_options(opts, &mut obuf).unwrap();
+            let data = pattern(
+                if len % 2 == 0 {
+                    0
+                } else {
+                    usize::from(len % 1449)
+                },
+                7,
+            );
+            let mut r = forged(1, seq, ack, f, &data);
+            r.window = window;
+            r.options = &obuf[..olen];
+            let now = n.now;
+            n.conn_mut(0).handle_segment(&r, now);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The fast path changes nothing but the counter: the same segments, reads,
+    /// writes and timeouts give the same state and the same output as the general
+    /// path, and the fast path is taken.
+    #[test]
+    fn header_prediction_matches_the_general_path(
+        ops in prop::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>(), any::<u16>()), 1..120),
+    ) {
+        let mut fast = prediction_pair(true);
+        let mut slow = prediction_pair(false);
+        prop_assert_eq!(fast.conn(0).fingerprint(), slow.conn(0).fingerprint());
+        let mut our_tsval = last_from(&fast, 0).ts.unwrap().0;
+        for &op in &ops {
+            prediction_step(&mut fast, op, our_tsval);
+            prediction_step(&mut slow, op, our_tsval);
+            let out = drain(&mut fast);
+            prop_assert_eq!(&out, &drain(&mut slow));
+            prop_assert_eq!(fast.conn(0).fingerprint(), slow.conn(0).fingerprint());
+            if let Some(last) = out.last() {
+                let p = TcpPacket::new_checked(&last[..]).unwrap();
+                let ts = p.options_iter().find_map(|o| match o {
+                    Ok(TcpOption::Timestamps { tsval, .. }) => Some(tsval),
+                    _ => None,
+                });
+                our_tsval = ts.unwrap_or(our_tsval);
+            }
+        }
+        prop_assert_eq!(slow.conn(0).stats().header_predicted, 0);
+    }
+}
+
+/// End 0 sends 300 KB to end 1 while both are ESTABLISHED (neither closes).
+fn one_way_established(cfg: TcpConfig) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[0].out = pattern(300_000, 0);
+    assert!(n.run_until(n.now + secs(10), |n| n.apps[1].got.len() == 300_000));
+    assert!(n.apps[1].got == n.apps[0].out);
+    n
+}
+
+#[test]
+fn header_prediction_takes_most_segments_of_a_transfer() {
+    // Data segments acknowledge nothing new, ACKs carry no data: both ends take
+    // most segments on the fast path.
+    let n = one_way_established(TcpConfig::default());
+    for i in 0..2 {
+        let st = n.conn(i).stats();
+        assert!(
+            st.header_predicted * 10 > st.segments_received * 8,
+            "{st:?}"
+        );
+    }
+    let m = one_way_established(TcpConfig {
+        header_prediction: false,
+        ..TcpConfig::default()
+    });
+    assert_eq!(m.conn(0).stats().header_predicted, 0);
+    // The same segments either way.
+    assert_eq!(n.log.len(), m.log.len());
+    assert!(n.log.iter().zip(&m.log).all(
+        |(x, y)| (x.at, x.seq, x.ack, x.len, x.window) == (y.at, y.seq, y.ack, y.len, y.window)
+    ));
+}
