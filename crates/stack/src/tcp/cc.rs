@@ -1,28 +1,80 @@
-//! Congestion control: RFC 5681 slow start and congestion avoidance, with NewReno's
-//! fast recovery (RFC 6582). The connection detects duplicate ACKs and partial
-//! ACKs and retransmits; this keeps the windows.
+//! Congestion control: RFC 5681 slow start and congestion avoidance with NewReno's
+//! window arithmetic in fast recovery (RFC 6582), or CUBIC's growth and decrease
+//! (RFC 9438). The connection detects duplicate ACKs, partial ACKs and losses and
+//! retransmits; this keeps the windows.
+
+use std::time::Duration;
+
+use crate::Time;
+
+/// The congestion control algorithm of a connection ([`super::TcpConfig::congestion`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// RFC 5681: halve on loss, a segment per RTT in congestion avoidance.
+    NewReno,
+    /// RFC 9438: decrease by β = 0.7 and regrow along a cubic curve of the time
+    /// since the loss, no slower than Reno would (Linux's default, and ours).
+    #[default]
+    Cubic,
+}
+
+/// RFC 9438 §5.1: C = 0.4 (segments per second cubed).
+const CUBIC_C: f64 = 0.4;
+/// RFC 9438 §4.6: β_cubic = 0.7.
+const CUBIC_BETA: f64 = 0.7;
+/// RFC 9438 §4.3: α_cubic = 3 (1 − β) / (1 + β), Reno's average rate at β.
+const CUBIC_ALPHA: f64 = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+
+/// CUBIC's state (RFC 9438 §4.1), windows in segments.
+#[derive(Debug, Clone, Default)]
+struct Cubic {
+    /// W_max: the window before the last reduction, or less with fast convergence.
+    w_max: f64,
+    /// cwnd_prior: the window when ssthresh was last set (§4.3's switch of α).
+    cwnd_prior: f64,
+    /// Start of the current congestion avoidance stage, t = 0; `None` until the
+    /// first ACK in it.
+    epoch: Option<Time>,
+    /// K (§4.2, equation 2), in seconds.
+    k: f64,
+    /// W_est (§4.3), the window Reno would have now.
+    w_est: f64,
+    /// Bytes of growth not yet whole, carried to the next ACK.
+    carry: f64,
+}
+
+impl Cubic {
+    /// W_cubic(t) of §4.2, equation 1, with `t` in seconds since the epoch.
+    fn w_cubic(&self, t: f64) -> f64 {
+        CUBIC_C * (t - self.k).powi(3) + self.w_max
+    }
+}
 
 /// Congestion window and slow-start threshold, in bytes.
 #[derive(Debug, Clone)]
-pub(crate) struct NewReno {
+pub(crate) struct CongestionControl {
+    algorithm: Congestion,
     cwnd: u32,
     ssthresh: u32,
     mss: u32,
+    cubic: Cubic,
 }
 
-impl NewReno {
+impl CongestionControl {
     /// RFC 5681 §3.1, equation (1): the initial window by SMSS; ssthresh starts
-    /// arbitrarily high.
-    pub(crate) fn new(mss: u32) -> Self {
+    /// arbitrarily high. RFC 9438 §4.10 keeps both.
+    pub(crate) fn new(algorithm: Congestion, mss: u32) -> Self {
         let segments = match mss {
             m if m > 2190 => 2,
             m if m > 1095 => 3,
             _ => 4,
         };
-        NewReno {
+        CongestionControl {
+            algorithm,
             cwnd: segments * mss,
             ssthresh: u32::MAX,
             mss,
+            cubic: Cubic::default(),
         }
     }
 
@@ -37,42 +89,115 @@ impl NewReno {
         self.cwnd
     }
 
-    /// New data acknowledged outside recovery: slow start (equation (2), with RFC
-    /// 3465's limit of one SMSS per ACK) or congestion avoidance (equation (3)).
-    pub(crate) fn on_ack(&mut self, acked: u32) {
-        let inc = if self.cwnd < self.ssthresh {
-            acked.min(self.mss)
+    /// The slow-start threshold.
+    pub(crate) fn ssthresh(&self) -> u32 {
+        self.ssthresh
+    }
+
+    /// New data acknowledged outside recovery: slow start (RFC 5681 equation (2),
+    /// with RFC 3465's limit of one SMSS per ACK) or congestion avoidance. `rtt` is
+    /// the smoothed RTT, which CUBIC looks ahead by.
+    pub(crate) fn on_ack(&mut self, acked: u32, now: Time, rtt: Duration) {
+        if self.cwnd < self.ssthresh {
+            self.cwnd = self.cwnd.saturating_add(acked.min(self.mss));
+            return;
+        }
+        match self.algorithm {
+            // RFC 5681 equation (3).
+            Congestion::NewReno => {
+                let inc = (self.mss * self.mss / self.cwnd).max(1);
+                self.cwnd = self.cwnd.saturating_add(inc);
+            }
+            Congestion::Cubic => self.cubic_avoidance(acked, now, rtt),
+        }
+    }
+
+    /// RFC 9438 §4.2–§4.5: congestion avoidance along W_cubic, or W_est where Reno
+    /// would be faster.
+    fn cubic_avoidance(&mut self, acked: u32, now: Time, rtt: Duration) {
+        let mss = f64::from(self.mss);
+        let cwnd = f64::from(self.cwnd) / mss;
+        let c = &mut self.cubic;
+        let epoch = *c.epoch.get_or_insert_with(|| {
+            // §4.2: a new stage starts with cwnd_epoch = cwnd; without an earlier
+            // reduction (slow start ended at ssthresh) the plateau is here.
+            if c.w_max < cwnd {
+                c.w_max = cwnd;
+            }
+            c.k = ((c.w_max - cwnd) / CUBIC_C).cbrt();
+            c.w_est = cwnd;
+            c.carry = 0.0;
+            now
+        });
+        let t = now.saturating_duration_since(epoch).as_secs_f64();
+        // §4.3, equation 4; α becomes 1 once W_est reaches cwnd_prior.
+        let alpha = if c.w_est >= c.cwnd_prior {
+            1.0
         } else {
-            (self.mss * self.mss / self.cwnd).max(1)
+            CUBIC_ALPHA
         };
-        self.cwnd = self.cwnd.saturating_add(inc);
+        c.w_est += alpha * f64::from(acked) / mss / cwnd;
+        if c.w_cubic(t) < c.w_est {
+            // §4.3: the Reno-friendly region.
+            self.cwnd = self.cwnd.max((c.w_est * mss) as u32);
+            return;
+        }
+        // §4.4, §4.5: aim at W_cubic one RTT ahead, kept within [cwnd, 1.5 cwnd],
+        // and close (target − cwnd) / cwnd of the gap per segment acknowledged.
+        let target = c.w_cubic(t + rtt.as_secs_f64()).clamp(cwnd, 1.5 * cwnd);
+        c.carry += (target - cwnd) / cwnd * f64::from(acked);
+        let whole = c.carry.floor();
+        c.carry -= whole;
+        self.cwnd = self.cwnd.saturating_add(whole as u32);
     }
 
-    /// Equation (4): half the flight, at least two segments.
-    fn halve(&mut self, flight: u32) {
-        self.ssthresh = (flight / 2).max(2 * self.mss);
+    /// A congestion event sets ssthresh: RFC 5681 equation (4), half the flight;
+    /// RFC 9438 §4.6, β_cubic × cwnd, with W_max by §4.7's fast convergence. At
+    /// least two segments either way.
+    fn reduce(&mut self, flight: u32) {
+        let floor = 2 * self.mss;
+        self.ssthresh = match self.algorithm {
+            Congestion::NewReno => (flight / 2).max(floor),
+            Congestion::Cubic => {
+                let cwnd = f64::from(self.cwnd) / f64::from(self.mss);
+                let c = &mut self.cubic;
+                // §4.7: a loss before regaining the last plateau means competition;
+                // release bandwidth by aiming lower.
+                c.w_max = if cwnd < c.w_max {
+                    cwnd * (1.0 + CUBIC_BETA) / 2.0
+                } else {
+                    cwnd
+                };
+                c.cwnd_prior = cwnd;
+                c.epoch = None;
+                ((f64::from(self.cwnd) * CUBIC_BETA) as u32).max(floor)
+            }
+        };
     }
 
-    /// Retransmission timeout (RFC 5681 §3.1): one segment, the loss window.
+    /// Retransmission timeout (RFC 5681 §3.1, RFC 9438 §4.8): ssthresh as for any
+    /// congestion event, cwnd one segment, the loss window.
     pub(crate) fn on_timeout(&mut self, flight: u32) {
-        self.halve(flight);
+        self.reduce(flight);
         self.cwnd = self.mss;
     }
 
-    /// Third duplicate ACK (RFC 6582 §3.2 step 2): the window inflated by the three
-    /// segments that have left the network.
-    pub(crate) fn enter_recovery(&mut self, flight: u32) {
-        self.halve(flight);
-        self.cwnd = self.ssthresh + 3 * self.mss;
+    /// Loss detected by duplicate ACKs or the SACK scoreboard (RFC 6582 §3.2 step
+    /// 2, RFC 6675 §5 step 4.2): cwnd = ssthresh, inflated by the three segments
+    /// that have left the network when NewReno's arithmetic follows (`inflate`);
+    /// SACK recovery counts them in its pipe instead.
+    pub(crate) fn enter_recovery(&mut self, flight: u32, inflate: bool) {
+        self.reduce(flight);
+        self.cwnd = self.ssthresh + if inflate { 3 * self.mss } else { 0 };
     }
 
-    /// Another duplicate ACK in recovery (step 4): one more segment has left.
+    /// Another duplicate ACK in NewReno recovery (step 4): one more segment has left.
     pub(crate) fn on_dup_ack(&mut self) {
         self.cwnd = self.cwnd.saturating_add(self.mss);
     }
 
-    /// A partial ACK (step 5): deflate by what it acknowledged, then add back a
-    /// segment if it acknowledged one or more.
+    /// A partial ACK in NewReno recovery (step 5): deflate by what it acknowledged,
+    /// then add back a segment if it acknowledged one or more.
     pub(crate) fn on_partial_ack(&mut self, acked: u32) {
         self.cwnd = self.cwnd.saturating_sub(acked).max(self.mss);
         if acked >= self.mss {
@@ -80,8 +205,8 @@ impl NewReno {
         }
     }
 
-    /// A full ACK ends recovery (step 3, option 1): no burst larger than a segment
-    /// beyond what is still in flight.
+    /// A full ACK ends recovery (RFC 6582 §3.2 step 3, option 1): no burst larger
+    /// than a segment beyond what is still in flight.
     pub(crate) fn exit_recovery(&mut self, flight: u32) {
         self.cwnd = self.ssthresh.min(flight.max(self.mss) + self.mss);
     }
@@ -91,35 +216,41 @@ impl NewReno {
 mod tests {
     use super::*;
 
+    fn reno(mss: u32) -> CongestionControl {
+        CongestionControl::new(Congestion::NewReno, mss)
+    }
+
     #[test]
     fn initial_window_by_mss() {
-        assert_eq!(NewReno::new(536).window(), 4 * 536);
-        assert_eq!(NewReno::new(1460).window(), 3 * 1460);
-        assert_eq!(NewReno::new(4000).window(), 8000);
-        let mut c = NewReno::new(1460);
+        assert_eq!(reno(536).window(), 4 * 536);
+        assert_eq!(reno(1460).window(), 3 * 1460);
+        assert_eq!(reno(4000).window(), 8000);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1460);
+        assert_eq!(c.window(), 3 * 1460);
         c.syn_lost();
         assert_eq!(c.window(), 1460);
     }
 
     #[test]
     fn slow_start_avoidance_and_losses() {
-        let mut c = NewReno::new(1000);
+        let (now, rtt) = (Time::ZERO, Duration::from_millis(10));
+        let mut c = reno(1000);
         // Slow start: a segment per ACK, however much it acknowledges.
-        c.on_ack(1000);
-        c.on_ack(5000);
+        c.on_ack(1000, now, rtt);
+        c.on_ack(5000, now, rtt);
         assert_eq!(c.window(), 6000);
         // Timeout: ssthresh = flight / 2, cwnd one segment.
         c.on_timeout(6000);
-        assert_eq!((c.window(), c.ssthresh), (1000, 3000));
-        c.on_ack(1000);
-        c.on_ack(1000);
+        assert_eq!((c.window(), c.ssthresh()), (1000, 3000));
+        c.on_ack(1000, now, rtt);
+        c.on_ack(1000, now, rtt);
         assert_eq!(c.window(), 3000);
         // Congestion avoidance: about a segment per window.
-        c.on_ack(1000);
+        c.on_ack(1000, now, rtt);
         assert_eq!(c.window(), 3333);
         // Fast recovery: halve, inflate, deflate, settle.
-        c.enter_recovery(8000);
-        assert_eq!((c.window(), c.ssthresh), (7000, 4000));
+        c.enter_recovery(8000, true);
+        assert_eq!((c.window(), c.ssthresh()), (7000, 4000));
         c.on_dup_ack();
         assert_eq!(c.window(), 8000);
         c.on_partial_ack(2500);
@@ -130,8 +261,84 @@ mod tests {
         assert_eq!(c.window(), 2000);
         c.exit_recovery(9000);
         assert_eq!(c.window(), 4000);
+        // SACK recovery: no inflation.
+        c.enter_recovery(8000, false);
+        assert_eq!((c.window(), c.ssthresh()), (4000, 4000));
         // The threshold never falls under two segments.
         c.on_timeout(0);
-        assert_eq!(c.ssthresh, 2000);
+        assert_eq!(c.ssthresh(), 2000);
+    }
+
+    /// Drives a CUBIC window from a loss at `w_max` segments with one ACK per
+    /// segment, a window per RTT, and returns (t, cwnd in segments) per RTT.
+    fn cubic_after_loss(w_max: u32, rtt: Duration, rtts: u32) -> Vec<(f64, f64)> {
+        let mss = 1000;
+        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        c.cwnd = w_max * mss;
+        c.ssthresh = 0;
+        c.enter_recovery(w_max * mss, false);
+        c.exit_recovery(w_max * mss);
+        let mut now = Time::ZERO + Duration::from_secs(1);
+        let start = now;
+        let mut out = vec![];
+        for _ in 0..rtts {
+            let segments = c.window() / mss;
+            for i in 0..segments {
+                c.on_ack(mss, now + rtt * i / segments, rtt);
+            }
+            now = now + rtt;
+            let t = now.saturating_duration_since(start).as_secs_f64();
+            out.push((t, f64::from(c.window()) / f64::from(mss)));
+        }
+        out
+    }
+
+    #[test]
+    fn cubic_decrease_and_fast_convergence() {
+        let mut c = CongestionControl::new(Congestion::Cubic, 1000);
+        c.cwnd = 100_000;
+        c.enter_recovery(100_000, false);
+        // §4.6: β = 0.7.
+        assert_eq!((c.window(), c.ssthresh()), (70_000, 70_000));
+        assert_eq!(c.cubic.w_max, 100.0);
+        // §4.7: another loss below W_max lowers the plateau to cwnd (1 + β) / 2.
+        c.enter_recovery(70_000, false);
+        assert!((c.cubic.w_max - 70.0 * 0.85).abs() < 1e-9);
+        assert_eq!(c.window(), 49_000);
+        // §4.8: a timeout leaves one segment.
+        c.on_timeout(49_000);
+        assert_eq!((c.window(), c.ssthresh()), (1000, 34_300));
+    }
+
+    #[test]
+    fn cubic_follows_its_curve() {
+        // W_max = 100 segments: K = cbrt(100 × 0.3 / 0.4) ≈ 4.22 s. With a 100 ms
+        // RTT the curve outruns Reno's W_est, so cwnd tracks W_cubic(t), a little
+        // ahead as it aims one RTT on.
+        let rtt = Duration::from_millis(100);
+        let k = (100.0f64 * 0.3 / 0.4).cbrt();
+        let trace = cubic_after_loss(100, rtt, 80);
+        for &(t, w) in &trace {
+            let curve = 0.4 * (t - k).powi(3) + 100.0;
+            assert!(
+                (w - curve).abs() <= 0.05 * curve + 1.0,
+                "t = {t:.1} s: cwnd {w:.1}, W_cubic {curve:.1}"
+            );
+        }
+        // Concave, flat near W_max around K, then convex.
+        let at = |s: f64| trace.iter().find(|p| p.0 >= s).unwrap().1;
+        assert!(at(1.0) - at(0.1) > at(4.3) - at(3.4));
+        assert!(at(8.0) - at(7.1) > at(4.3) - at(3.4));
+        assert!((at(k) - 100.0).abs() < 2.0);
+    }
+
+    #[test]
+    fn cubic_is_reno_friendly_on_short_rtts() {
+        // At 1 ms the curve barely moves within many RTTs, while Reno's estimate
+        // grows by α_cubic per RTT (§4.3).
+        let trace = cubic_after_loss(100, Duration::from_millis(1), 40);
+        let (_, w) = trace[39];
+        let w_est = 70.0 + CUBIC_ALPHA * 40.0;
+        assert!((w - w_est).abs() < 1.5, "cwnd {w:.1}, W_est {w_est:.1}");
     }
 }

@@ -5,10 +5,12 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use exonet_wire::tcp::{flags, write_options, TcpOption, TcpOptionIter, MIN_HEADER_LEN};
+use exonet_wire::tcp::{
+    flags, write_options, TcpOption, TcpOptionIter, MAX_SACK_BLOCKS, MIN_HEADER_LEN,
+};
 use exonet_wire::TcpRepr;
 
-use super::cc::NewReno;
+use super::cc::{Congestion, CongestionControl};
 use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::seq::SeqNum;
@@ -27,12 +29,20 @@ const MAX_WSCALE: u8 = 14;
 const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header, MSS, NOP and window scale, two NOPs and
-/// timestamps options.
+/// Header room for a SYN: the header, MSS, NOP and window scale, SACK-permitted (or
+/// two NOPs) and timestamps options.
 const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 20;
+/// The option space (RFC 9293 §3.1: a data offset of at most 15 words).
+const MAX_OPTIONS_LEN: usize = 40;
 /// Option bytes on every segment once timestamps are agreed: two NOPs and the
 /// option (RFC 7323 Appendix A's layout).
 const TS_OPTION_LEN: usize = 12;
+/// RFC 6675 §2: DupThresh, the duplicate ACKs (or SACKed segments above a hole)
+/// that mean a loss.
+const DUP_THRESH: u32 = 3;
+/// Recent out-of-order arrivals remembered for the order of SACK blocks (RFC 2018
+/// §4); more than fit in one option, as some may have been filled since.
+const SACK_HISTORY: usize = 8;
 /// RFC 7323 §5.5: TS.Recent becomes invalid after 24 days without an update, the
 /// shortest time in which a 1 ms timestamp clock can move 2^31.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -46,8 +56,14 @@ pub struct TcpConfig {
     /// Bytes the application may queue for sending, unacknowledged ones included.
     pub send_buffer: usize,
     /// Receive buffer and so the largest window offered: at most 65535 bytes
-    /// unless both ends scale windows, and at most 65535 × 2^14 bytes.
+    /// unless both ends scale windows, and at most 65535 × 2^14 bytes. With
+    /// auto-tuning ([`TcpConfig::recv_buffer_max`]) the size to start from.
     pub recv_buffer: usize,
+    /// Receive-buffer auto-tuning (Linux's dynamic right-sizing): the buffer grows
+    /// up to this size while the application reads as fast as data arrives, so the
+    /// window keeps up with the path's bandwidth-delay product. The window scale
+    /// offered on the SYN covers this ceiling. At most `recv_buffer` disables it.
+    pub recv_buffer_max: usize,
     /// Offer window scaling (RFC 7323 §2) in our SYN, or accept a peer's offer.
     pub window_scaling: bool,
     /// Offer timestamps (RFC 7323 §3) in our SYN, or accept a peer's offer: RTT
@@ -84,6 +100,16 @@ pub struct TcpConfig {
     /// per connection: a host-wide count leaks to an off-path attacker which
     /// connections exist (CVE-2016-5696).
     pub challenge_ack_limit: u32,
+    /// The congestion control algorithm: CUBIC (RFC 9438) by default, as Linux.
+    pub congestion: Congestion,
+    /// Header prediction: a short path for the common segment in ESTABLISHED
+    /// (see [`TcpStats::header_predicted`]); off runs every segment through the
+    /// general processing of RFC 9293 §3.10.7.4, which gives the same results.
+    pub header_prediction: bool,
+    /// Offer selective acknowledgments (RFC 2018) in our SYN, or accept a peer's
+    /// offer: SACK blocks for out-of-order data, and loss recovery by the
+    /// scoreboard (RFC 6675) rather than NewReno's one hole per round trip.
+    pub sack: bool,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -116,6 +142,7 @@ impl Default for TcpConfig {
             mss: 1460,
             send_buffer: 256 * 1024,
             recv_buffer: MAX_WINDOW,
+            recv_buffer_max: 4 << 20,
             window_scaling: true,
             timestamps: true,
             initial_rto: Duration::from_secs(1),
@@ -128,6 +155,9 @@ impl Default for TcpConfig {
             nagle: true,
             keepalive: None,
             challenge_ack_limit: 100,
+            congestion: Congestion::Cubic,
+            sack: true,
+            header_prediction: true,
         }
     }
 }
@@ -180,17 +210,29 @@ pub struct TcpStats {
     pub retransmitted: u64,
     /// Retransmission (or persist) timeouts.
     pub timeouts: u64,
-    /// Fast retransmits, each entering recovery or answering a partial ACK.
+    /// Retransmissions without a timeout: entering recovery, answering a partial
+    /// ACK, or repairing a hole the SACK scoreboard shows (RFC 6675 NextSeg).
     pub fast_retransmits: u64,
     /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
     pub challenge_acks: u64,
     /// See `challenge_acks`.
     pub challenge_acks_suppressed: u64,
+    /// Segments that took the header-prediction path.
+    pub header_predicted: u64,
+    /// Receive-buffer growths by auto-tuning ([`TcpConfig::recv_buffer_max`]).
+    pub recv_buffer_growths: u64,
     /// Segments dropped by PAWS (RFC 7323 §5.3 R1): a timestamp older than TS.Recent.
     pub paws_rejected: u64,
     /// RTT samples taken from timestamp echoes (RFC 7323 §4).
     pub ts_rtt_samples: u64,
+    /// SACK blocks taken into the scoreboard (RFC 2018 §3).
+    pub sack_blocks_received: u64,
+    /// SACK blocks ignored: outside SND.UNA..SND.MAX (stale, D-SACK or forged).
+    pub sack_blocks_ignored: u64,
 }
+
+/// SACK blocks as (left, right) edges, the present ones first (RFC 2018 §3).
+type SackBlocks = [Option<(u32, u32)>; MAX_SACK_BLOCKS];
 
 /// The fields of a received segment the state machine reads.
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +243,10 @@ struct Segment<'a> {
     window: u16,
     /// The timestamps option as (TSval, TSecr), if the segment carried one.
     ts: Option<(u32, u32)>,
+    /// SACK blocks (RFC 2018 §3), if SACK was agreed and the segment carried them.
+    sack: SackBlocks,
+    /// No options but timestamps and padding (header prediction's condition).
+    plain_options: bool,
     payload: &'a [u8],
 }
 
@@ -233,6 +279,8 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
             flags: seg.flags,
             window: 0,
             ts: None,
+            sack: [None; MAX_SACK_BLOCKS],
+            plain_options: true,
             payload: seg.payload,
         };
         (0, (s.seq + s.len()).0, flags::RST | flags::ACK)
@@ -274,6 +322,38 @@ fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
 /// numbers compare).
 fn ts_before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Whether the peer's SYN offers SACK (RFC 2018 §2).
+fn sack_permitted_option(seg: &TcpRepr) -> bool {
+    TcpOptionIter::new(seg.options)
+        .map_while(Result::ok)
+        .any(|o| matches!(o, TcpOption::SackPermitted))
+}
+
+/// The options of a segment on a synchronized connection, read in one pass: the
+/// timestamps, the SACK blocks, and whether there is nothing else (nor anything
+/// malformed), as header prediction requires.
+fn segment_options(seg: &TcpRepr) -> (Option<(u32, u32)>, SackBlocks, bool) {
+    let (mut ts, mut sack, mut plain) = (None, [None; MAX_SACK_BLOCKS], true);
+    for o in TcpOptionIter::new(seg.options) {
+        match o {
+            Ok(TcpOption::Timestamps { tsval, tsecr }) => ts = ts.or(Some((tsval, tsecr))),
+            Ok(TcpOption::NoOp | TcpOption::EndOfList) => {}
+            Ok(TcpOption::Sack(blocks)) => {
+                if sack[0].is_none() {
+                    sack = blocks;
+                }
+                plain = false;
+            }
+            Ok(_) => plain = false,
+            Err(_) => {
+                plain = false;
+                break;
+            }
+        }
+    }
+    (ts, sack, plain)
 }
 
 /// The peer's MSS option, if its SYN carried a well-formed one.
@@ -326,6 +406,8 @@ pub struct Connection {
     rcv_wscale: u8,
     /// Both SYNs carry the window scale option.
     wscale_agreed: bool,
+    /// Both SYNs carry SACK-permitted (RFC 2018 §2).
+    sack_ok: bool,
 
     // Timestamps (RFC 7323 §3–§5).
     /// Both SYNs carry the timestamps option: every segment but a RST carries one.
@@ -349,6 +431,21 @@ pub struct Connection {
     /// 9293 §3.8.6.2.2 discourages shrinking).
     rcv_adv: SeqNum,
     recv: RecvBuffer,
+    /// Stream offsets of the latest out-of-order arrivals, newest first: the SACK
+    /// blocks we send are the runs holding them, in this order (RFC 2018 §4).
+    sack_recent: VecDeque<u64>,
+    /// Bytes the application has read, for auto-tuning.
+    app_read: u64,
+    /// Start of the current auto-tuning round (about an RTT) and `app_read` then.
+    drs_mark: Option<(Time, u64)>,
+    /// Most bytes read in one round so far (Linux's rcvq_space.space).
+    drs_space: u64,
+    /// The receiver's RTT estimate, from timestamp echoes or the time a window
+    /// takes to arrive (Linux's rcv_rtt_est).
+    rcv_rtt: Option<Duration>,
+    /// Without timestamps: the sequence number that completes the window in
+    /// flight, and when the measurement began.
+    rcv_rtt_window: Option<(SeqNum, Time)>,
     /// Where the peer's FIN lies, once seen, possibly ahead of a hole.
     rx_fin: Option<SeqNum>,
     fin_received: bool,
@@ -379,7 +476,7 @@ pub struct Connection {
     stats: TcpStats,
 
     // Congestion control and loss recovery (RFC 5681, RFC 6582).
-    cc: NewReno,
+    cc: CongestionControl,
     /// Duplicate ACKs in a row (RFC 5681 §2's definition).
     dup_acks: u32,
     /// In fast recovery until SND.UNA passes `recover`.
@@ -388,6 +485,11 @@ pub struct Connection {
     recover: SeqNum,
     /// Resend the segment at SND.UNA once, without going back (fast retransmit).
     rexmit_pending: bool,
+    /// The SACK scoreboard (RFC 6675 §3): disjoint ranges [start, end) above
+    /// SND.UNA the peer holds, in order.
+    scoreboard: Vec<(SeqNum, SeqNum)>,
+    /// RFC 6675's HighRxt, as the end of the highest retransmitted range.
+    high_rxt: SeqNum,
     /// Start of the current one-second window of challenge ACKs, and how many went.
     challenge_window: (Time, u32),
     /// When the peer was last heard from, for keep-alive.
@@ -406,6 +508,9 @@ impl Connection {
         state: TcpState,
     ) -> Self {
         config.recv_buffer = config.recv_buffer.min(MAX_WINDOW << MAX_WSCALE);
+        config.recv_buffer_max = config
+            .recv_buffer_max
+            .clamp(config.recv_buffer, MAX_WINDOW << MAX_WSCALE);
         // RFC 9293 §3.8.6.3: the delay MUST be less than 0.5 s.
         config.delayed_ack = config.delayed_ack.map(|d| d.min(MAX_ACK_DELAY));
         Connection {
@@ -429,6 +534,7 @@ impl Connection {
             snd_wscale: 0,
             rcv_wscale: 0,
             wscale_agreed: false,
+            sack_ok: false,
             ts_ok: false,
             ts_offset: 0,
             ts_recent: 0,
@@ -438,6 +544,14 @@ impl Connection {
             rcv_nxt: SeqNum(0),
             rcv_adv: SeqNum(0),
             recv: RecvBuffer::new(config.recv_buffer),
+            sack_recent: VecDeque::new(),
+            app_read: 0,
+            drs_mark: None,
+            // Linux's tcp_init_buffer_space: the initial window, at most 10
+            // segments.
+            drs_space: config.recv_buffer.min(10 * usize::from(config.mss)) as u64,
+            rcv_rtt: None,
+            rcv_rtt_window: None,
             rx_fin: None,
             fin_received: false,
             rtt: RttEstimator::new(config.initial_rto, config.min_rto, config.max_rto),
@@ -453,11 +567,13 @@ impl Connection {
             time_wait_deadline: None,
             rst_pending: None,
             stats: TcpStats::default(),
-            cc: NewReno::new(u32::from(DEFAULT_MSS)),
+            cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS)),
             dup_acks: 0,
             in_recovery: false,
             recover: iss,
             rexmit_pending: false,
+            scoreboard: Vec::new(),
+            high_rxt: iss,
             challenge_window: (Time::ZERO, 0),
             last_heard: Time::ZERO,
             keepalive_probes: 0,
@@ -512,6 +628,11 @@ impl Connection {
         self.ts_ok
     }
 
+    /// Both SYNs carried SACK-permitted (RFC 2018 §2).
+    pub fn sack(&self) -> bool {
+        self.sack_ok
+    }
+
     /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
     /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
     fn ts_now(&self, now: Time) -> u32 {
@@ -557,6 +678,8 @@ impl Connection {
             self.ts_ok = true;
             self.ts_recent = tsval;
         }
+        // RFC 2018 §2: SACK only if both SYNs carry SACK-permitted.
+        self.sack_ok = self.config.sack && sack_permitted_option(syn);
         let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
         let mut mss = peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS));
         if self.ts_ok {
@@ -565,13 +688,13 @@ impl Connection {
             mss = mss.saturating_sub(TS_OPTION_LEN as u16).max(MIN_MSS);
         }
         self.send_mss = usize::from(mss);
-        self.cc = NewReno::new(self.send_mss as u32);
+        self.cc = CongestionControl::new(self.config.congestion, self.send_mss as u32);
     }
 
     /// The shift that lets the window field cover the whole receive buffer.
     fn our_wscale(&self) -> u8 {
         (0..MAX_WSCALE)
-            .find(|&s| self.config.recv_buffer >> s <= MAX_WINDOW)
+            .find(|&s| self.config.recv_buffer_max >> s <= MAX_WINDOW)
             .unwrap_or(MAX_WSCALE)
     }
 
@@ -620,6 +743,17 @@ impl Connection {
         self.rtt.srtt()
     }
 
+    /// The congestion window in bytes (RFC 5681 §2).
+    pub fn cwnd(&self) -> u32 {
+        self.cc.window()
+    }
+
+    /// The slow-start threshold in bytes (RFC 5681 §2); `u32::MAX` until the first
+    /// loss.
+    pub fn ssthresh(&self) -> u32 {
+        self.cc.ssthresh()
+    }
+
     /// Queues data to send; returns how much fit in the send buffer. Takes nothing
     /// once the application closed or in states where we may no longer send.
     pub fn send(&mut self, data: &[u8]) -> usize {
@@ -645,6 +779,7 @@ impl Connection {
     /// Reads received data in order; returns how many bytes were copied.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
         let n = self.recv.read(buf);
+        self.app_read += n as u64;
         if n > 0 && !self.fin_received {
             // Tell the peer when reading opened the window enough to matter: by the
             // SWS threshold and at least doubling what it may send (as Linux does).
@@ -655,6 +790,12 @@ impl Connection {
             }
         }
         n
+    }
+
+    /// The receive buffer's size now: [`TcpConfig::recv_buffer`], or more once
+    /// auto-tuning grew it.
+    pub fn recv_buffer(&self) -> usize {
+        self.recv.capacity()
     }
 
     /// Bytes ready for [`Connection::recv`].
@@ -806,6 +947,9 @@ impl Connection {
         self.in_recovery = false;
         self.dup_acks = 0;
         self.rexmit_pending = false;
+        // RFC 2018 §8: the receiver may have reneged, so what it held counts for
+        // nothing; blocks arriving from now on still spare resending (RFC 6675 §5.1).
+        self.scoreboard.clear();
         self.snd_nxt = self.snd_una;
         self.syn_retransmitted |= handshake;
         self.probe = self.snd_wnd == 0;
@@ -816,20 +960,84 @@ impl Connection {
     /// verified.
     pub fn handle_segment(&mut self, repr: &TcpRepr, now: Time) {
         self.stats.segments_received += 1;
+        let (ts, sack, plain_options) = segment_options(repr);
         let seg = Segment {
             seq: SeqNum(repr.seq_number),
             ack: SeqNum(repr.ack_number),
             flags: repr.flags,
             window: repr.window,
             // RFC 7323 §3.2: a TSopt is ignored unless both SYNs carried one.
-            ts: if self.ts_ok { ts_option(repr) } else { None },
+            ts: ts.filter(|_| self.ts_ok),
+            sack: if self.sack_ok {
+                sack
+            } else {
+                [None; MAX_SACK_BLOCKS]
+            },
+            plain_options,
             payload: repr.payload,
         };
+        if self.config.header_prediction && self.predicted(&seg, now) {
+            self.stats.header_predicted += 1;
+            return;
+        }
         match self.state {
             TcpState::Closed => {}
             TcpState::SynSent => self.on_syn_sent(&seg, repr, now),
             _ => self.on_synchronized(seg, now),
         }
+    }
+
+    /// Header prediction (Van Jacobson; BSD's tcp_input): in ESTABLISHED, the
+    /// common segment, the next in sequence with only ACK (and PSH) set, no options
+    /// but fresh timestamps, the window unchanged and nothing being resent, is
+    /// either a pure ACK of new data or in-order data acknowledging nothing new.
+    /// Either takes the steps of the general path that can apply to it, and
+    /// skips the checks that cannot fail; the general path stays the reference
+    /// ([`TcpConfig::header_prediction`] switches this off). False if `seg` is not
+    /// such a segment, having changed nothing.
+    fn predicted(&mut self, seg: &Segment, now: Time) -> bool {
+        let common = self.state == TcpState::Established
+            && seg.flags & !flags::PSH == flags::ACK
+            && seg.seq == self.rcv_nxt
+            && seg.plain_options
+            && seg.ts.is_some() == self.ts_ok
+            && seg
+                .ts
+                .is_none_or(|(tsval, _)| !ts_before(tsval, self.ts_recent))
+            && self.snd_wnd > 0
+            && self.peer_window(seg.window) == self.snd_wnd
+            && self.snd_nxt == self.snd_max
+            && (self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack));
+        if !common {
+            return false;
+        }
+        let pure_ack = seg.payload.is_empty()
+            && seg.ack > self.snd_una
+            && seg.ack <= self.snd_max
+            && !self.in_recovery
+            && self.scoreboard.is_empty();
+        let in_order_data = !seg.payload.is_empty()
+            && seg.ack == self.snd_una
+            && !self.recv.has_gap()
+            && self.rx_fin.is_none()
+            && seg.payload.len() <= self.recv.window();
+        if !pure_ack && !in_order_data {
+            return false;
+        }
+        self.last_heard = now;
+        self.keepalive_probes = 0;
+        self.update_ts_recent(seg, now);
+        if pure_ack {
+            self.congestion_on_ack(seg, now);
+            self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+        }
+        self.snd_wl1 = seg.seq;
+        self.snd_wl2 = seg.ack;
+        self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
+        if in_order_data {
+            self.take_text(seg, now);
+        }
+        true
     }
 
     /// RFC 9293 §3.10.7.3.
@@ -1008,7 +1216,7 @@ impl Connection {
         // only segments passing the RST, SYN and ACK checks move TS.Recent.
         self.update_ts_recent(&seg, now);
         if !handshake {
-            self.congestion_on_ack(&seg);
+            self.congestion_on_ack(&seg, now);
         }
         if seg.ack > self.snd_una {
             self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
@@ -1067,45 +1275,143 @@ impl Connection {
 
     /// Congestion window and recovery from an acceptable ACK, before SND.UNA and
     /// SND.WND take it in.
-    fn congestion_on_ack(&mut self, seg: &Segment) {
+    fn congestion_on_ack(&mut self, seg: &Segment, now: Time) {
         let flight = self.snd_max.distance_from(self.snd_una);
+        let newly_sacked = self.take_sack_blocks(seg);
         if seg.ack > self.snd_una {
             let acked = seg.ack.distance_from(self.snd_una);
             self.dup_acks = 0;
             if !self.in_recovery {
-                self.cc.on_ack(acked);
+                let srtt = self.rtt.srtt().unwrap_or_default();
+                self.cc.on_ack(acked, now, srtt);
             } else if seg.ack >= self.recover {
-                // RFC 6582 §3.2 step 3: a full ACK.
+                // RFC 6582 §3.2 step 3, RFC 6675 §5 (A): a full ACK.
                 self.in_recovery = false;
                 self.cc.exit_recovery(flight - acked);
-            } else {
-                // Step 5: a partial ACK; the next hole is lost too.
+            } else if !self.sack_ok {
+                // RFC 6582 step 5: a partial ACK; the next hole is lost too. (With
+                // SACK the scoreboard says which holes are.)
                 self.cc.on_partial_ack(acked);
                 self.rexmit_pending = true;
             }
             return;
         }
         // RFC 5681 §2: a duplicate ACK acknowledges nothing new while data is
-        // outstanding, carries no data, SYN or FIN, and leaves the window alone.
+        // outstanding, carries no data, SYN or FIN, and leaves the window alone;
+        // RFC 6675 §2 asks as well that it SACK something not SACKed before.
         let duplicate = seg.ack == self.snd_una
             && flight > 0
             && seg.payload.is_empty()
             && !seg.has(flags::SYN | flags::FIN)
-            && self.peer_window(seg.window) == self.snd_wnd;
+            && self.peer_window(seg.window) == self.snd_wnd
+            && (!self.sack_ok || newly_sacked > 0);
         if !duplicate {
             return;
         }
         self.dup_acks += 1;
         if self.in_recovery {
-            self.cc.on_dup_ack();
-        } else if self.dup_acks == 3 && self.snd_una > self.recover {
-            // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
-            // `recover`, so one loss event is not taken for several).
+            if !self.sack_ok {
+                self.cc.on_dup_ack();
+            }
+            return;
+        }
+        // RFC 5681 §3.2 fast retransmit; RFC 6582 §3.2 step 2 recovery (only past
+        // `recover`, so one loss event is not taken for several). RFC 6675 §5 (B)
+        // enters as well once the scoreboard marks SND.UNA lost, as several
+        // out-of-order segments may be answered by fewer duplicate ACKs.
+        let lost = if self.sack_ok {
+            self.dup_acks >= DUP_THRESH || self.hole_lost(0)
+        } else {
+            self.dup_acks == DUP_THRESH
+        };
+        if lost && self.snd_una > self.recover {
             self.in_recovery = true;
             self.recover = self.snd_max;
-            self.cc.enter_recovery(flight);
+            self.cc.enter_recovery(flight, !self.sack_ok);
+            self.high_rxt = self.snd_una;
             self.rexmit_pending = true;
         }
+    }
+
+    /// Merges the segment's SACK blocks into the scoreboard and returns how many
+    /// bytes they newly cover. A block must lie within SND.UNA..SND.MAX: others are
+    /// stale (or D-SACK, RFC 2883) or forged, and ignored.
+    fn take_sack_blocks(&mut self, seg: &Segment) -> u32 {
+        let mut newly = 0;
+        for (l, r) in seg.sack.into_iter().flatten() {
+            let (l, r) = (SeqNum(l), SeqNum(r));
+            if !(self.snd_una <= l && l < r && r <= self.snd_max) {
+                self.stats.sack_blocks_ignored += 1;
+                continue;
+            }
+            self.stats.sack_blocks_received += 1;
+            let before: u32 = self.sacked_bytes();
+            // Take out every range touching [l, r) and put back their union.
+            let (mut start, mut end) = (l, r);
+            self.scoreboard.retain(|&(s, e)| {
+                let apart = e < start || s > end;
+                if !apart {
+                    start = if s < start { s } else { start };
+                    end = end.max(e);
+                }
+                apart
+            });
+            let at = self.scoreboard.partition_point(|&(s, _)| s < start);
+            self.scoreboard.insert(at, (start, end));
+            newly += self.sacked_bytes() - before;
+        }
+        newly
+    }
+
+    fn sacked_bytes(&self) -> u32 {
+        self.scoreboard
+            .iter()
+            .map(|&(s, e)| e.distance_from(s))
+            .sum()
+    }
+
+    /// RFC 6675 §4 IsLost for the hole below scoreboard range `i` (its every byte
+    /// has the same ranges above it): DupThresh discontiguous SACKed ranges above,
+    /// or more than (DupThresh − 1) × SMSS SACKed bytes.
+    fn hole_lost(&self, i: usize) -> bool {
+        let above = self.scoreboard.get(i..).unwrap_or_default();
+        let bytes: u32 = above.iter().map(|&(s, e)| e.distance_from(s)).sum();
+        above.len() as u32 >= DUP_THRESH || bytes > (DUP_THRESH - 1) * self.send_mss as u32
+    }
+
+    /// The holes below the highest SACKed byte as [start, end) and whether lost.
+    fn holes(&self) -> impl Iterator<Item = (SeqNum, SeqNum, bool)> + '_ {
+        let starts = std::iter::once(self.snd_una).chain(self.scoreboard.iter().map(|r| r.1));
+        starts
+            .zip(&self.scoreboard)
+            .enumerate()
+            .map(|(i, (a, &(b, _)))| (a, b, self.hole_lost(i)))
+            .filter(|&(a, b, _)| a < b)
+    }
+
+    /// RFC 6675 §4 SetPipe: bytes thought in flight. Of the bytes not SACKed, those
+    /// not lost count once, and those retransmitted (below HighRxt) once more.
+    fn pipe(&self) -> u32 {
+        let hole = |a: SeqNum, b: SeqNum, lost: bool| {
+            let rtx = if b < self.high_rxt { b } else { self.high_rxt };
+            rtx.distance_from(a) + if lost { 0 } else { b.distance_from(a) }
+        };
+        let tail = self.scoreboard.last().map_or(self.snd_una, |r| r.1);
+        self.holes()
+            .map(|(a, b, lost)| hole(a, b, lost))
+            .sum::<u32>()
+            + hole(tail, self.snd_max, false)
+    }
+
+    /// RFC 6675 §4 NextSeg rules (1) and (3): the first hole byte above HighRxt
+    /// and below the highest SACKed byte, lost or (`any`) not, and how many bytes
+    /// of the hole follow it.
+    fn next_hole(&self, any: bool) -> Option<(SeqNum, u32)> {
+        self.holes()
+            .filter(|&(_, _, lost)| lost || any)
+            .map(|(a, b, _)| (a.max(self.high_rxt), b))
+            .find(|&(a, b)| a < b)
+            .map(|(a, b)| (a, b.distance_from(a)))
     }
 
     /// An ACK demanded by RFC 5961, or by a bare ACK outside the window, within the
@@ -1133,8 +1439,23 @@ impl Connection {
             (off as usize, seg.payload)
         };
         let gap_before = self.recv.has_gap();
+        let at = self.recv.offset() + off as u64;
         let advanced = self.recv.write(off, data);
         self.rcv_nxt = self.rcv_nxt + advanced as u32;
+        if advanced > 0 {
+            self.measure_rcv_rtt(seg, now);
+            self.tune_recv_buffer(now);
+        }
+        if self.sack_ok {
+            // RFC 2018 §4: the block holding the latest arrival goes first; ones
+            // delivered in order since are dropped.
+            let next = self.recv.offset();
+            self.sack_recent.retain(|&a| a >= next && a != at);
+            if off > 0 {
+                self.sack_recent.push_front(at);
+                self.sack_recent.truncate(SACK_HISTORY);
+            }
+        }
         // RFC 5681 §4.2: out-of-order data, and data filling a hole, are acknowledged
         // at once, so the sender learns of losses quickly.
         if off > 0 {
@@ -1154,6 +1475,69 @@ impl Connection {
                 }
             }
             None => self.ack_now = true,
+        }
+    }
+
+    /// Linux's tcp_rcv_rtt_measure_ts and tcp_rcv_rtt_measure: the receiver's RTT
+    /// from the echo of our TSval on new data (smoothed by 1/8), or else from the
+    /// time a whole window takes to arrive (an overestimate, so the least is kept).
+    fn measure_rcv_rtt(&mut self, seg: &Segment, now: Time) {
+        if let Some((_, tsecr)) = seg.ts.filter(|t| t.1 != 0) {
+            let d = self.ts_now(now).wrapping_sub(tsecr);
+            if d as i32 >= 0 {
+                let sample = Duration::from_millis(u64::from(d.max(1)));
+                self.rcv_rtt = Some(match self.rcv_rtt {
+                    Some(r) => r - r / 8 + sample / 8,
+                    None => sample,
+                });
+            }
+            return;
+        }
+        match self.rcv_rtt_window {
+            Some((seq, _)) if self.rcv_nxt < seq => return,
+            Some((_, start)) => {
+                let sample = now.saturating_duration_since(start);
+                self.rcv_rtt = Some(self.rcv_rtt.map_or(sample, |r| r.min(sample)));
+            }
+            None => {}
+        }
+        let window = self.rcv_adv.distance_from(self.rcv_nxt);
+        self.rcv_rtt_window = Some((self.rcv_nxt + window.max(1), now));
+    }
+
+    /// Dynamic right-sizing (Fisk and Feng; Linux's tcp_rcv_space_adjust): once per
+    /// receiver RTT, if the application read more than in any round before, it
+    /// keeps up and the window is what limits the sender, so the buffer grows to
+    /// twice that, and more while the rate still climbs (a sender in slow start
+    /// doubles per round trip).
+    fn tune_recv_buffer(&mut self, now: Time) {
+        let ceiling = self
+            .config
+            .recv_buffer_max
+            .min(MAX_WINDOW << self.rcv_wscale);
+        if self.recv.capacity() >= ceiling {
+            return;
+        }
+        let Some(rtt) = self.rcv_rtt.or(self.rtt.srtt()) else {
+            return;
+        };
+        let (start, read) = *self.drs_mark.get_or_insert((now, self.app_read));
+        if now.saturating_duration_since(start) < rtt {
+            return;
+        }
+        self.drs_mark = Some((now, self.app_read));
+        let copied = self.app_read - read;
+        if copied <= self.drs_space {
+            return;
+        }
+        let space = self.drs_space.max(1);
+        let mut window = 2 * copied + 16 * u64::from(self.config.mss);
+        window += 2 * window * (copied - space) / space;
+        self.drs_space = copied;
+        let target = (window.min(ceiling as u64)) as usize;
+        if target > self.recv.capacity() {
+            self.recv.grow(target);
+            self.stats.recv_buffer_growths += 1;
         }
     }
 
@@ -1186,6 +1570,12 @@ impl Connection {
         self.send_buf.drain(..acked);
         self.send_base = self.send_base + acked as u32;
         self.snd_nxt = self.snd_nxt.max(self.snd_una);
+        self.high_rxt = self.high_rxt.max(self.snd_una);
+        let una = self.snd_una;
+        self.scoreboard.retain_mut(|r| {
+            r.0 = r.0.max(una);
+            r.0 < r.1
+        });
         // RFC 7323 §4.1: with timestamps every ACK of new data is a sample, even of a
         // retransmitted segment, since the echo names the copy that arrived (Karn's
         // ambiguity is gone). A TSecr ahead of our clock is no echo of ours.
@@ -1218,9 +1608,14 @@ impl Connection {
     }
 
     /// RFC 9293 §3.8.6.2.2: the right edge moves only by at least min(buffer / 2,
-    /// MSS), so the peer is not invited to send tiny segments.
+    /// MSS), so the peer is not invited to send tiny segments. The MSS is what the
+    /// peer's full segments carry: with timestamps, 12 bytes less than ours (RFC
+    /// 6691), so that each of them moves the edge and the window field stays the
+    /// same, as header prediction wants.
     fn sws_threshold(&self) -> u32 {
-        (self.config.recv_buffer / 2).min(usize::from(self.config.mss)) as u32
+        let ts = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        let mss = usize::from(self.config.mss).saturating_sub(ts).max(1);
+        (self.recv.capacity() / 2).min(mss) as u32
     }
 
     fn advertise_window(&mut self, syn: bool) -> u16 {
@@ -1270,7 +1665,13 @@ impl Connection {
     }
 
     fn transmit_synchronized(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
-        let room = buf.len() - MIN_HEADER_LEN - if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        // SACK blocks on an ACK come out of the data (RFC 2018 §3 leaves room as
+        // needed), so that the segment still fits the path.
+        let opts = self.options_len();
+        let room = buf.len() - MIN_HEADER_LEN - opts;
+        let ts_len = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        let mss =
+            self.send_mss - (opts - ts_len).min(self.send_mss.saturating_sub(usize::from(MIN_MSS)));
         if self.dup_acks_owed > 1 {
             // All but the last; the last goes as the pending ACK below, or rides on
             // data.
@@ -1283,21 +1684,20 @@ impl Connection {
         if self.state != TcpState::SynReceived {
             if self.rexmit_pending {
                 self.rexmit_pending = false;
-                if let Some(n) = self.fast_retransmit(buf, now, room) {
-                    return Some(n);
+                if self.snd_nxt > self.snd_una {
+                    // Going back after a timeout sends it anyway.
+                    let seq = self.snd_una;
+                    if let Some(n) = self.retransmit(buf, now, room.min(mss), seq) {
+                        return Some(n);
+                    }
                 }
             }
-            if let Some((len, fin)) = self.next_data(room) {
-                let offset = self.snd_nxt.diff(self.send_base) as usize;
-                let mut f = flags::ACK;
-                if fin {
-                    f |= flags::FIN;
-                }
-                if len > 0 && offset + len == self.send_buf.len() {
-                    f |= flags::PSH;
-                }
-                let n = self.emit(buf, now, self.snd_nxt, f, offset..offset + len);
-                self.sent(now, len as u32 + u32::from(fin));
+            if self.in_recovery && self.sack_ok {
+                return self.sack_recovery_transmit(now, buf, room.min(mss));
+            }
+            self.skip_sacked();
+            let cwnd_room = self.cwnd_room();
+            if let Some(n) = self.send_data(now, buf, room, mss, cwnd_room) {
                 return Some(n);
             }
             // Nothing may go out while the peer's window is shut: probe it later.
@@ -1309,6 +1709,11 @@ impl Connection {
                 self.rtx_deadline = Some(now + self.rtt.rto());
             }
         }
+        self.pure_ack(now, buf)
+    }
+
+    /// A keep-alive probe or an ACK, if one is due.
+    fn pure_ack(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
         if self.keepalive_pending {
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT − 1 lies outside the peer's window,
             // so a live peer answers with an ACK.
@@ -1324,18 +1729,87 @@ impl Connection {
         None
     }
 
-    /// Sends the segment at SND.UNA again, leaving SND.NXT where it is (RFC 5681
-    /// §3.2 step 3, RFC 6582 §3.2 step 5).
-    fn fast_retransmit(&mut self, buf: &mut [u8], now: Time, room: usize) -> Option<usize> {
-        if self.snd_nxt <= self.snd_una {
-            // Going back after a timeout sends it anyway.
-            return None;
+    /// Bytes congestion control lets go beyond SND.NXT: the usable window of RFC
+    /// 5681 §3.1, cwnd stretched by Limited Transmit (RFC 3042 §2) by a segment for
+    /// each of the first two duplicate ACKs, so that a small window still yields the
+    /// third.
+    fn cwnd_room(&self) -> u32 {
+        let limited_transmit = if self.in_recovery {
+            0
+        } else {
+            self.dup_acks.min(2)
+        };
+        let cwnd = self
+            .cc
+            .window()
+            .saturating_add(limited_transmit * self.send_mss as u32);
+        (self.snd_una + cwnd).distance_from(self.snd_nxt)
+    }
+
+    /// Sends the next data segment at SND.NXT, if one should go.
+    fn send_data(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        room: usize,
+        mss: usize,
+        cwnd_room: u32,
+    ) -> Option<usize> {
+        let (len, fin) = self.next_data(room, mss, cwnd_room)?;
+        let offset = self.snd_nxt.diff(self.send_base) as usize;
+        let mut f = flags::ACK;
+        if fin {
+            f |= flags::FIN;
         }
-        let offset = self.snd_una.diff(self.send_base).max(0) as usize;
+        if len > 0 && offset + len == self.send_buf.len() {
+            f |= flags::PSH;
+        }
+        let n = self.emit(buf, now, self.snd_nxt, f, offset..offset + len);
+        self.sent(now, len as u32 + u32::from(fin));
+        Some(n)
+    }
+
+    /// RFC 6675 §5 (C): while cwnd − pipe allows a segment, NextSeg: a lost hole
+    /// (rule 1), else new data (rule 2), else any hole below the highest SACKed
+    /// byte (rule 3). The rescue retransmission (rule 4) is left out: RFC 6675
+    /// makes it optional.
+    fn sack_recovery_transmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
+        let free = self.cc.window().saturating_sub(self.pipe());
+        if free >= self.send_mss as u32 {
+            if let Some((seq, len)) = self.next_hole(false) {
+                return self.retransmit(buf, now, room.min(len as usize), seq);
+            }
+            if let Some(n) = self.send_data(now, buf, room, room, free) {
+                return Some(n);
+            }
+            if let Some((seq, len)) = self.next_hole(true) {
+                return self.retransmit(buf, now, room.min(len as usize), seq);
+            }
+        }
+        self.pure_ack(now, buf)
+    }
+
+    /// Going back after a timeout, SND.NXT skips what the peer is known to hold
+    /// (RFC 6675 §5.1: use the SACK information that arrives after an RTO).
+    fn skip_sacked(&mut self) {
+        if let Some(&(_, e)) = self
+            .scoreboard
+            .iter()
+            .find(|&&(s, e)| s <= self.snd_nxt && self.snd_nxt < e)
+        {
+            self.snd_nxt = e;
+        }
+    }
+
+    /// Sends up to `max` bytes at `seq` again, below SND.MAX, leaving SND.NXT where
+    /// it is: RFC 5681 §3.2 step 3 and RFC 6582 §3.2 step 5 at SND.UNA, or a hole
+    /// RFC 6675's NextSeg picked.
+    fn retransmit(&mut self, buf: &mut [u8], now: Time, max: usize, seq: SeqNum) -> Option<usize> {
+        let offset = seq.diff(self.send_base).max(0) as usize;
         // Only what went out before: SND.MAX bounds the data.
         let sent = self.snd_max.distance_from(self.send_base) as usize;
         let avail = self.send_buf.len().min(sent).checked_sub(offset)?;
-        let len = avail.min(self.send_mss).min(room);
+        let len = avail.min(max);
         let fin_sent =
             self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
         let fin = fin_sent && len == avail;
@@ -1350,43 +1824,45 @@ impl Connection {
         self.rtt_sample = None;
         self.stats.retransmitted += 1;
         self.stats.fast_retransmits += 1;
-        Some(self.emit(buf, now, self.snd_una, f, offset..offset + len))
+        self.high_rxt = self.high_rxt.max(seq + len as u32 + u32::from(fin));
+        if self.rtx_deadline.is_none() {
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
+        Some(self.emit(buf, now, seq, f, offset..offset + len))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
-    /// `None` if nothing should go now.
-    fn next_data(&self, room: usize) -> Option<(usize, bool)> {
+    /// `None` if nothing should go now. `cwnd_room` is what congestion control
+    /// allows beyond SND.NXT.
+    fn next_data(&self, room: usize, mss: usize, cwnd_room: u32) -> Option<(usize, bool)> {
         let offset = self.snd_nxt.diff(self.send_base);
-        let avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
+        let mut avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
             .try_into()
             .ok()?;
-        // The usable window (RFC 5681 §3.1): the peer's, further bounded by cwnd,
-        // which Limited Transmit (RFC 3042 §2) stretches by a segment for each of the
-        // first two duplicate ACKs, so that a small window still yields the third.
-        let limited_transmit = if self.in_recovery {
-            0
-        } else {
-            self.dup_acks.min(2)
-        };
-        let cwnd = self
-            .cc
-            .window()
-            .saturating_add(limited_transmit * self.send_mss as u32);
-        let wnd = self.snd_wnd.min(cwnd);
-        let mut allowance = (self.snd_una + wnd).distance_from(self.snd_nxt) as usize;
+        let resend = self.snd_nxt < self.snd_max;
+        if resend {
+            // Going back: stop short of what the peer holds.
+            if let Some(&(s, _)) = self.scoreboard.iter().find(|r| r.0 > self.snd_nxt) {
+                avail = avail.min(s.distance_from(self.snd_nxt) as usize);
+            }
+        }
+        let rwnd_room = (self.snd_una + self.snd_wnd).distance_from(self.snd_nxt);
+        let mut allowance = rwnd_room.min(cwnd_room) as usize;
         let forced = allowance == 0 && self.probe && (avail > 0 || self.fin_queued);
         if forced {
             // RFC 9293 §3.8.6.1: a probe carries one byte beyond the zero window.
             allowance = 1;
         }
-        let len = avail.min(allowance).min(self.send_mss).min(room);
+        let len = avail.min(allowance).min(mss).min(room);
         // The FIN occupies a sequence number, so it needs room in the window too.
-        let fin = self.fin_queued && len == avail && allowance > len;
+        let fin = self.fin_queued
+            && len == avail
+            && allowance > len
+            && offset + len as i32 == self.send_buf.len() as i32;
         if len == 0 && !fin {
             return None;
         }
-        let resend = self.snd_nxt < self.snd_max;
-        if !fin && !forced && !resend && len < self.send_mss {
+        if !fin && !forced && !resend && len < mss {
             // Sender SWS avoidance (RFC 9293 §3.8.6.2.1) with Nagle (§3.7.4): a short
             // segment only if it empties the queue while nothing is unacknowledged
             // (or Nagle is off), or if it is half the largest window the peer offered.
@@ -1423,6 +1899,48 @@ impl Connection {
         }
     }
 
+    /// The SACK blocks to send (RFC 2018 §4): the runs beyond a hole that hold the
+    /// latest arrivals, newest first, as many as fit beside the timestamps.
+    fn sack_blocks(&self) -> SackBlocks {
+        let mut blocks = [None; MAX_SACK_BLOCKS];
+        if !self.sack_ok {
+            return blocks;
+        }
+        // 40 option bytes: 12 of timestamps leave room for 3 blocks of 8 beside the
+        // 2 NOPs and 2 bytes of the SACK option's head, 4 without them.
+        let fit = if self.ts_ok { 3 } else { MAX_SACK_BLOCKS };
+        let next = self.recv.offset();
+        let mut count = 0;
+        for run in self
+            .sack_recent
+            .iter()
+            .filter_map(|&at| self.recv.run_at(at))
+        {
+            let block = (
+                (self.rcv_nxt + (run.0 - next) as u32).0,
+                (self.rcv_nxt + (run.1 - next) as u32).0,
+            );
+            if count == fit {
+                break;
+            }
+            if !blocks[..count].contains(&Some(block)) {
+                blocks[count] = Some(block);
+                count += 1;
+            }
+        }
+        blocks
+    }
+
+    /// Option bytes on a data segment or ACK now: timestamps, SACK blocks with two
+    /// NOPs.
+    fn options_len(&self) -> usize {
+        let ts = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        match self.sack_blocks().iter().flatten().count() {
+            0 => ts,
+            n => ts + 4 + 8 * n,
+        }
+    }
+
     /// The options of a segment with flags `f`, written into `buf`; returns their
     /// length.
     fn write_segment_options(&self, f: u8, now: Time, buf: &mut [u8]) -> usize {
@@ -1435,7 +1953,7 @@ impl Connection {
                 0
             },
         };
-        let mut list = [TcpOption::NoOp; 6];
+        let mut list = [TcpOption::NoOp; 8];
         let mut count = 0;
         let mut push = |o| {
             list[count] = o;
@@ -1449,22 +1967,48 @@ impl Connection {
             } else {
                 (self.wscale_agreed, self.ts_ok)
             };
+            let sack = if self.state == TcpState::SynSent {
+                self.config.sack
+            } else {
+                self.sack_ok
+            };
             push(TcpOption::Mss(self.config.mss));
             if wscale {
                 push(TcpOption::NoOp);
                 push(TcpOption::WindowScale(self.our_wscale()));
             }
+            // SACK-permitted takes the place of the NOPs before timestamps, as
+            // Linux lays them out, to stay within 20 option bytes.
+            match (sack, timestamps) {
+                (true, true) => push(TcpOption::SackPermitted),
+                (true, false) => {
+                    push(TcpOption::NoOp);
+                    push(TcpOption::NoOp);
+                    push(TcpOption::SackPermitted);
+                }
+                (false, true) => {
+                    push(TcpOption::NoOp);
+                    push(TcpOption::NoOp);
+                }
+                (false, false) => {}
+            }
             if timestamps {
+                push(ts);
+            }
+        } else if f & flags::RST == 0 {
+            if self.ts_ok {
+                // RFC 7323 §3.2: once agreed, on every segment but a RST (where it
+                // MAY go; Linux leaves it out too).
                 push(TcpOption::NoOp);
                 push(TcpOption::NoOp);
                 push(ts);
             }
-        } else if self.ts_ok && f & flags::RST == 0 {
-            // RFC 7323 §3.2: once agreed, on every segment but a RST (where it MAY
-            // go; Linux leaves it out too).
-            push(TcpOption::NoOp);
-            push(TcpOption::NoOp);
-            push(ts);
+            let blocks = self.sack_blocks();
+            if blocks[0].is_some() && f & flags::ACK != 0 {
+                push(TcpOption::NoOp);
+                push(TcpOption::NoOp);
+                push(TcpOption::Sack(blocks));
+            }
         }
         write_options(&list[..count], buf).expect("the options fit")
     }
@@ -1479,7 +2023,7 @@ impl Connection {
         f: u8,
         data: std::ops::Range<usize>,
     ) -> usize {
-        let mut opts = [0; SYN_HEADER_LEN - MIN_HEADER_LEN];
+        let mut opts = [0; MAX_OPTIONS_LEN];
         let n = self.write_segment_options(f, now, &mut opts);
         let options = &opts[..n];
         let ack = f & flags::ACK != 0;
@@ -1544,6 +2088,30 @@ impl Connection {
     /// The keep-alive settings.
     pub fn keepalive(&self) -> Option<Keepalive> {
         self.config.keepalive
+    }
+}
+
+#[cfg(test)]
+impl Connection {
+    /// The whole state but the header-prediction switch and counter, to compare a
+    /// connection with the fast path with one without.
+    pub(crate) fn fingerprint(&self) -> String {
+        let mut c = self.clone();
+        c.config.header_prediction = false;
+        c.stats.header_predicted = 0;
+        format!("{c:?}")
+    }
+
+    /// RCV.NXT, SND.UNA, SND.MAX, the window field that repeats SND.WND, and
+    /// TS.Recent, for forging segments that hit the fast path.
+    pub(crate) fn view(&self) -> (u32, u32, u32, u16, u32) {
+        (
+            self.rcv_nxt.0,
+            self.snd_una.0,
+            self.snd_max.0,
+            (self.snd_wnd >> self.snd_wscale).min(MAX_WINDOW as u32) as u16,
+            self.ts_recent,
+        )
     }
 }
 

@@ -13,9 +13,18 @@
 //! clock is the caller's `now` in milliseconds plus a per-connection offset,
 //! [`timestamp_offset`]), retransmission with the RFC 6298 timer, zero-window
 //! probing, keep-alive, delayed ACKs and Nagle's algorithm (all switchable), and
-//! congestion control: RFC 5681 slow start and congestion avoidance, fast
-//! retransmit with NewReno recovery (RFC 6582) and Limited Transmit (RFC 3042).
-//! Not yet: SACK (RFC 2018), CUBIC, and the sockets over the multiplexer. Of RFC
+//! congestion control ([`Congestion`]: RFC 5681 NewReno, or CUBIC per RFC 9438 with
+//! its Reno-friendly region and fast convergence, the default): slow start, fast
+//! retransmit with Limited Transmit (RFC 3042), SACK (RFC 2018: negotiated, blocks
+//! sent newest first for out-of-order data, a scoreboard driving RFC 6675 loss
+//! recovery with IsLost, NextSeg and pipe, stale or forged blocks ignored) and,
+//! without SACK, NewReno recovery (RFC 6582), and receive-buffer auto-tuning
+//! (Linux's dynamic right-sizing: the buffer grows towards
+//! [`TcpConfig::recv_buffer_max`] while the application keeps up, the window scale
+//! chosen for that ceiling), and header prediction (Van Jacobson's fast path for
+//! the common segment in ESTABLISHED, [`TcpConfig::header_prediction`], checked
+//! against the general path by a property test). Not yet: RFC 6675's optional rescue
+//! retransmission, D-SACK (RFC 2883), HyStart, and the sockets over the multiplexer. Of RFC
 //! 7323, a non-RST segment without timestamps on a connection that agreed to them
 //! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
 //! carries no timestamps (§3.2 allows either).
@@ -30,6 +39,7 @@ mod seq;
 #[cfg(test)]
 mod tests;
 
+pub use cc::Congestion;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };

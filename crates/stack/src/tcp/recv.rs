@@ -33,6 +33,16 @@ impl RecvBuffer {
         self.capacity - self.ready.len()
     }
 
+    /// The capacity.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Raises the capacity (never lowers it: the window offered must not shrink).
+    pub(crate) fn grow(&mut self, capacity: usize) {
+        self.capacity = self.capacity.max(capacity);
+    }
+
     /// Bytes ready to read.
     pub(crate) fn len(&self) -> usize {
         self.ready.len()
@@ -41,6 +51,34 @@ impl RecvBuffer {
     /// Whether bytes are held beyond a hole.
     pub(crate) fn has_gap(&self) -> bool {
         !self.ahead.is_empty()
+    }
+
+    /// The stream offset of the next byte expected in order (RCV.NXT's).
+    pub(crate) fn offset(&self) -> u64 {
+        self.next
+    }
+
+    /// The contiguous bytes held beyond a hole around offset `at`, as [start, end)
+    /// (a SACK block, RFC 2018 §3); `None` if `at` is not held there.
+    pub(crate) fn run_at(&self, at: u64) -> Option<(u64, u64)> {
+        let end_of = |(&s, run): (&u64, &Vec<u8>)| s + run.len() as u64;
+        let (mut start, mut end) = self
+            .ahead
+            .range(..=at)
+            .next_back()
+            .map(|r| (*r.0, end_of(r)))
+            .filter(|&(_, e)| e > at)?;
+        // Retransmissions with other boundaries leave adjacent runs: join them.
+        while let Some(r) = self.ahead.range(..start).next_back() {
+            if end_of(r) != start {
+                break;
+            }
+            start = *r.0;
+        }
+        while let Some(run) = self.ahead.get(&end) {
+            end += run.len() as u64;
+        }
+        Some((start, end))
     }
 
     /// Stores `data` that starts `offset` bytes after the next expected byte, cut to
@@ -130,6 +168,11 @@ mod tests {
         assert!(r.has_gap());
         // Overlaps keep the bytes first stored; beyond the window is cut off.
         assert_eq!(r.write(6, b"XXxyz"), 0);
+        // "efgh" and "yz" (the bytes beyond "gh") are one block.
+        assert_eq!(r.run_at(7), Some((4, 10)));
+        assert_eq!(r.run_at(9), Some((4, 10)));
+        assert_eq!(r.run_at(3), None);
+        assert_eq!(r.run_at(10), None);
         assert_eq!(r.write(0, b"ab"), 2);
         assert_eq!(r.write(0, b"cd"), 8);
         assert!(!r.has_gap());

@@ -58,6 +58,8 @@ struct Sent {
     len: usize,
     /// The timestamps option as (TSval, TSecr).
     ts: Option<(u32, u32)>,
+    /// SACK blocks, the present ones first.
+    sack: [Option<(u32, u32)>; 4],
 }
 
 impl Sent {
@@ -242,6 +244,22 @@ impl Net {
             _ => None,
         });
         assert_eq!(ts, ep_ts);
+        // SACK blocks likewise.
+        let sack = TcpOptionIter::new(r.options)
+            .map(Result::unwrap)
+            .find_map(|o| match o {
+                TcpOption::Sack(b) => Some(b),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let ep_sack = h.options_iterator().find_map(|o| match o {
+            Ok(etherparse::TcpOptionElement::SelectiveAcknowledgement(first, rest)) => {
+                Some([Some(first), rest[0], rest[1], rest[2]])
+            }
+            _ => None,
+        });
+        assert_eq!(sack, ep_sack.unwrap_or_default());
+        assert!(r.options.len() <= 40);
         let sent = Sent {
             at: self.now,
             from,
@@ -251,6 +269,7 @@ impl Net {
             window: r.window,
             len: r.payload.len(),
             ts,
+            sack,
         };
         self.log.push(sent);
         if !(self.pass)(&sent) || self.rng.chance(self.faults.loss) {
@@ -494,6 +513,8 @@ proptest! {
         spacing_us in 0u64..50,
         window_scaling: bool,
         timestamps in 0u8..4,
+        sack in 0u8..4,
+        cubic: bool,
     ) {
         let spacing = Duration::from_micros(spacing_us);
         let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing };
@@ -504,10 +525,13 @@ proptest! {
             delayed_ack: delayed_ack.then_some(ms(40)),
             window_scaling,
             timestamps: timestamps & 1 != 0,
+            sack: sack & 1 != 0,
+            congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
             ..fast_config()
         };
         let cfg_b = TcpConfig {
             timestamps: timestamps & 2 != 0,
+            sack: sack & 2 != 0,
             ..cfg.clone()
         };
         let mut n = Net::client_server(seed, faults, cfg, cfg_b);
@@ -813,8 +837,10 @@ fn zero_window_probes_then_window_update() {
         max_retransmissions: 3,
         ..fast_config()
     };
+    // Without auto-tuning the window scale is 0 and the window exact to the byte.
     let b = TcpConfig {
         recv_buffer: 4096,
+        recv_buffer_max: 0,
         ..fast_config()
     };
     let mut n = established_pair(a, b);
@@ -1239,8 +1265,9 @@ fn slow_start_from_the_initial_window() {
 /// Drops the first transmission of end 0's data segments with these indices in the
 /// stream, then checks that the transfer needed no timeout: every loss resent
 /// within a second (the RTO floor), and nothing else sent twice.
-fn recover_without_timeout(losses: &'static [u32]) {
-    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+fn recover_without_timeout(losses: &'static [u32], cfg: TcpConfig, spacing: Duration) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = spacing;
     let first = last_from(&n, 0).seq;
     let mss = n.conn(0).send_mss() as u32;
     let mut dropped = Vec::new();
@@ -1270,18 +1297,185 @@ fn recover_without_timeout(losses: &'static [u32]) {
         assert_eq!(sent.len(), 2);
         assert!(sent[1].saturating_duration_since(sent[0]) < secs(1));
     }
+    n
+}
+
+fn no_sack() -> TcpConfig {
+    TcpConfig {
+        sack: false,
+        ..TcpConfig::default()
+    }
+}
+
+/// When end 0 sent the data segment at `seq` again.
+fn resent_at(n: &Net, seq: u32) -> Time {
+    let sends: Vec<Time> = data_from_a(n)
+        .iter()
+        .filter(|d| d.1 == seq)
+        .map(|d| d.0)
+        .collect();
+    sends[1]
 }
 
 #[test]
 fn fast_retransmit_repairs_a_loss() {
-    recover_without_timeout(&[10]);
+    recover_without_timeout(&[10], TcpConfig::default(), Duration::ZERO);
+    recover_without_timeout(&[10], no_sack(), Duration::ZERO);
 }
 
 #[test]
 fn newreno_repairs_several_losses_in_one_window() {
     // 10 and 13 in one window (a partial ACK), 17 just after recovery with a window
     // too small for three duplicate ACKs but for Limited Transmit.
-    recover_without_timeout(&[10, 13, 17]);
+    recover_without_timeout(&[10, 13, 17], no_sack(), Duration::ZERO);
+}
+
+/// Seconds between the first and last retransmission of three losses in one
+/// flight of segments arriving 10 µs apart, each acknowledged on its own.
+fn repair_span(cfg: TcpConfig) -> Duration {
+    let n = recover_without_timeout(&[30, 33, 36], cfg, Duration::from_micros(10));
+    let first = n.log.iter().find(|s| s.from == 0 && s.len > 0).unwrap().seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let at = |i: u32| resent_at(&n, first.wrapping_add(i * mss));
+    at(36).saturating_duration_since(at(30))
+}
+
+#[test]
+fn newreno_repairs_one_hole_per_round_trip() {
+    // A partial ACK a round trip (10 ms) after each retransmission shows the next
+    // hole.
+    assert!(repair_span(no_sack()) >= ms(20));
+}
+
+#[test]
+fn sack_repairs_several_losses_in_one_round_trip() {
+    let n = recover_without_timeout(&[10, 13, 17], TcpConfig::default(), Duration::ZERO);
+    assert!(n.conn(0).sack() && n.conn(1).sack());
+    assert!(n.conn(0).stats().sack_blocks_received > 0);
+    assert_eq!(n.conn(0).stats().sack_blocks_ignored, 0);
+    // The scoreboard shows each hole once three segments above it are SACKed
+    // (RFC 6675 IsLost): all go out within the round trip.
+    assert!(repair_span(TcpConfig::default()) < ms(10));
+}
+
+#[test]
+fn sack_blocks_report_the_latest_arrival_first() {
+    for timestamps in [true, false] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..TcpConfig::default()
+        };
+        let mut n = established_pair(cfg.clone(), cfg);
+        let (rcv_nxt, b_nxt) = b_view(&n);
+        let data = [7u8; 100];
+        let block = |k: u32| {
+            let s = rcv_nxt.wrapping_add(200 * k);
+            (s, s + 100)
+        };
+        // Islands of 100 bytes at 200, 400, ..., 1000 beyond a hole at RCV.NXT.
+        let mut reports = vec![];
+        for k in 1..=5 {
+            let seg = forged(0, block(k).0, b_nxt, flags::ACK, &data);
+            let acks = answer(&mut n, 1, &seg);
+            assert_eq!(acks.len(), 1);
+            assert_eq!(acks[0].ack, rcv_nxt);
+            reports.push(acks[0].sack);
+        }
+        let most = if timestamps { 3 } else { 4 };
+        for (i, r) in reports.iter().enumerate() {
+            // RFC 2018 §4: the newest island first, then the ones reported before.
+            let want: Vec<_> = (1..=i as u32 + 1)
+                .rev()
+                .take(most)
+                .map(|k| Some(block(k)))
+                .collect();
+            assert_eq!(&r[..want.len()], &want[..], "{timestamps}");
+            assert!(r[want.len()..].iter().all(Option::is_none));
+        }
+        // A segment joining islands 2 and 3 reports the joined block first.
+        let seg = forged(0, block(2).1, b_nxt, flags::ACK, &data);
+        let acks = answer(&mut n, 1, &seg);
+        let joined = Some((block(2).0, block(3).1));
+        assert_eq!(acks[0].sack[0], joined);
+        assert!(!acks[0].sack[1..].contains(&joined));
+        // Holes filled one by one: blocks delivered in order drop out.
+        let hole = |k: u32| (block(k).0.wrapping_sub(100), block(k).0);
+        let fill = |n: &mut Net, k: u32| {
+            let seg = forged(0, hole(k).0, b_nxt, flags::ACK, &data);
+            let acks = answer(n, 1, &seg);
+            (acks[0].ack, acks[0].sack)
+        };
+        assert_eq!(fill(&mut n, 1).0, rcv_nxt);
+        let seg = forged(0, rcv_nxt, b_nxt, flags::ACK, &data);
+        let acks = answer(&mut n, 1, &seg);
+        assert_eq!((acks[0].ack, acks[0].sack[0]), (block(1).1, joined));
+        assert_eq!(
+            fill(&mut n, 2),
+            (block(3).1, [Some(block(5)), Some(block(4)), None, None])
+        );
+        assert_eq!(
+            fill(&mut n, 4),
+            (block(4).1, [Some(block(5)), None, None, None])
+        );
+        assert_eq!(fill(&mut n, 5), (block(5).1, [None; 4]));
+    }
+}
+
+#[test]
+fn sack_negotiation() {
+    for (a, b) in [(true, true), (true, false), (false, true)] {
+        let mk = |sack| TcpConfig {
+            sack,
+            ..TcpConfig::default()
+        };
+        let n = established_pair(mk(a), mk(b));
+        assert_eq!(n.conn(0).sack(), a && b);
+        assert_eq!(n.conn(1).sack(), a && b);
+    }
+}
+
+#[test]
+fn sack_blocks_outside_the_flight_are_ignored() {
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    n.apps[0].out = pattern(20_000, 0);
+    n.step();
+    // Data in flight; end 1's ACKs forged with hostile blocks.
+    let (una, max) = (last_from(&n, 1).ack, last_from(&n, 0).seq);
+    let before = n.conn(0).stats().clone();
+    let (tsval, tsecr) = last_from(&n, 1).ts.unwrap();
+    for (l, r) in [
+        (una.wrapping_sub(5000), una),
+        (max.wrapping_add(2000), max.wrapping_add(3000)),
+        (una.wrapping_add(3000), una.wrapping_add(1000)),
+        (una.wrapping_add(0x8000_0000), una.wrapping_add(0x8000_1000)),
+    ] {
+        let mut opts = [0u8; 40];
+        let len = write_options(
+            &[
+                TcpOption::NoOp,
+                TcpOption::NoOp,
+                TcpOption::Timestamps { tsval, tsecr },
+                TcpOption::NoOp,
+                TcpOption::NoOp,
+                TcpOption::Sack([Some((l, r)), None, None, None]),
+            ],
+            &mut opts,
+        )
+        .unwrap();
+        let window = last_from(&n, 1).window;
+        let mut r = forged(1, last_from(&n, 0).ack, una, flags::ACK, &[]);
+        r.options = &opts[..len];
+        r.window = window;
+        let now = n.now;
+        n.conn_mut(0).handle_segment(&r, now);
+    }
+    let st = n.conn(0).stats();
+    assert_eq!(st.sack_blocks_ignored, before.sack_blocks_ignored + 4);
+    assert_eq!(st.sack_blocks_received, before.sack_blocks_received);
+    assert_eq!(st.fast_retransmits, 0);
+    // The transfer goes on undisturbed.
+    assert!(n.run_until(n.now + secs(10), |n| n.apps[1].got.len() == 20_000));
+    assert_eq!(n.conn(0).stats().retransmitted, 0);
 }
 
 /// Most data bytes end 0 sent within any `span`.
@@ -1335,13 +1529,89 @@ fn window_scaling_opens_windows_past_64k() {
     }
 }
 
+/// End 0 sends 3 MB to end 1 over a 100 ms path; returns the network and the
+/// most bytes end 0 sent within one round trip.
+fn bulk_over_long_path(b: TcpConfig, read_chunk: usize) -> (Net, usize) {
+    let a = TcpConfig {
+        send_buffer: 4 << 20,
+        ..b.clone()
+    };
+    let rtt = ms(100);
+    let faults = Faults {
+        delay: rtt / 2,
+        spacing: Duration::from_micros(10),
+        ..Faults::default()
+    };
+    let n = transfer_with(
+        Net::client_server(5, faults, a, b),
+        [3_000_000, 0],
+        read_chunk,
+    );
+    let most = max_sent_within(&n, rtt);
+    (n, most)
+}
+
+#[test]
+fn auto_tuning_grows_the_window_for_a_fast_reader() {
+    for timestamps in [true, false] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..TcpConfig::default()
+        };
+        let (n, most) = bulk_over_long_path(cfg.clone(), 0);
+        // From 64 KiB towards the 4 MiB ceiling: the receiver's RTT comes from
+        // the echoes, or from the time a window takes.
+        let b = n.conn(1);
+        assert!(
+            b.recv_buffer() > 1 << 20,
+            "{timestamps}: {}",
+            b.recv_buffer()
+        );
+        assert!(b.stats().recv_buffer_growths > 2);
+        assert!(most > 500_000, "{timestamps}: {most}");
+        // Without auto-tuning the first window is the last.
+        let fixed = TcpConfig {
+            recv_buffer_max: 0,
+            ..cfg
+        };
+        let (n, most) = bulk_over_long_path(fixed, 0);
+        assert_eq!(n.conn(1).recv_buffer(), 65535);
+        assert!(most <= 65535, "{most}");
+    }
+}
+
+#[test]
+fn auto_tuning_leaves_a_stalled_reader_alone() {
+    let a = TcpConfig {
+        send_buffer: 4 << 20,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(a, TcpConfig::default());
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[1].read = false;
+    n.apps[0].out = pattern(3_000_000, 0);
+    // The reader does not read: the buffer fills and stays as it was.
+    n.run_until(n.now + secs(3), |_| false);
+    let b = n.conn(1);
+    // (Full but for less than 2^7, the granularity of the window scaled for
+    // the 4 MiB ceiling.)
+    assert!(b.recv_queue_len() > 65535 - 128);
+    assert_eq!(b.recv_buffer(), 65535);
+    assert_eq!(b.stats().recv_buffer_growths, 0);
+    // It reads again, and keeps up: the buffer grows.
+    n.apps[1].read = true;
+    assert!(n.run_until(n.now + secs(30), |n| n.apps[1].got.len() == 3_000_000));
+    assert!(n.conn(1).recv_buffer() > 65535);
+}
+
 #[test]
 fn window_scale_option_negotiation() {
     let cfg = TcpConfig {
         recv_buffer: 1 << 20,
+        recv_buffer_max: 0,
         ..fast_config()
     };
-    let synack_of = |syn: &TcpRepr| {
+    let synack_of = |cfg: &TcpConfig, syn: &TcpRepr| {
         let mut c = Connection::accept(cfg.clone(), ADDR[1], ADDR[0], SeqNum(9), syn).unwrap();
         let mut buf = [0; 100];
         let len = c.poll_transmit(Time::ZERO, &mut buf).unwrap();
@@ -1359,9 +1629,15 @@ fn window_scale_option_negotiation() {
         options: &opts,
         ..forged(0, 1, 0, flags::SYN, &[])
     };
-    assert_eq!(synack_of(&syn), (Some(5), 65535));
+    assert_eq!(synack_of(&cfg, &syn), (Some(5), 65535));
     // Not offered: not answered.
-    assert_eq!(synack_of(&forged(0, 1, 0, flags::SYN, &[])), (None, 65535));
+    assert_eq!(
+        synack_of(&cfg, &forged(0, 1, 0, flags::SYN, &[])),
+        (None, 65535)
+    );
+    // With auto-tuning the shift covers the ceiling: 7 for 4 MiB, though the
+    // buffer starts at 64 KiB.
+    assert_eq!(synack_of(&TcpConfig::default(), &syn), (Some(7), 65535));
 }
 
 proptest! {
@@ -1711,4 +1987,196 @@ fn paws_drops_a_duplicate_from_a_previous_incarnation() {
     assert_eq!(n.conn(1).stats().paws_rejected, 0);
     assert_eq!(n.apps[1].got.len(), n.apps[0].out.len());
     assert!(n.apps[1].got != n.apps[0].out);
+}
+
+/// Two identical connections but for header prediction, established with data in
+/// flight both ways.
+fn prediction_pair(hp: bool) -> Net {
+    let cfg = TcpConfig {
+        header_prediction: hp,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    // Small buffers keep the fingerprints short.
+    n.apps[0].out = pattern(12_000, 0);
+    n.apps[1].out = pattern(6_000, 1);
+    n.apps[0].read = false;
+    for _ in 0..8 {
+        n.step();
+    }
+    n
+}
+
+/// Drains end 0's segments.
+fn drain(n: &mut Net) -> Vec<Vec<u8>> {
+    let mut out = vec![];
+    let mut buf = [0u8; 1600];
+    let now = n.now;
+    while let Some(len) = n.conn_mut(0).poll_transmit(now, &mut buf) {
+        out.push(buf[..len].to_vec());
+    }
+    out
+}
+
+/// One step of the prediction test on end 0, driven by `op`.
+fn prediction_step(n: &mut Net, op: (u8, u16, u16, u8, u16), our_tsval: u32) {
+    let (kind, a, b, c, len) = op;
+    let (rcv_nxt, una, max, wfield, ts_recent) = n.conn(0).view();
+    match kind % 8 {
+        0 => {
+            let mut buf = vec![0; usize::from(a % 5000)];
+            n.conn_mut(0).recv(&mut buf);
+        }
+        1 => {
+            n.conn_mut(0).send(&pattern(usize::from(a % 4000), 9));
+        }
+        2 => {
+            n.now = n.now + Duration::from_micros(u64::from(a) * 10);
+            let now = n.now;
+            if n.conn(0).poll_timeout().is_some_and(|t| t <= now) {
+                n.conn_mut(0).handle_timeout(now);
+            }
+        }
+        _ => {
+            let seq = match c % 8 {
+                0..=4 => rcv_nxt,
+                5 => rcv_nxt.wrapping_add(u32::from(a % 3000)),
+                6 => rcv_nxt.wrapping_sub(u32::from(a % 3000)),
+                _ => rcv_nxt.wrapping_add(u32::from(a)),
+            };
+            let flight = max.wrapping_sub(una);
+            let ack = match b % 8 {
+                0 | 1 => una,
+                2 | 3 => max,
+                4 => una.wrapping_add(u32::from(a) % (flight + 1)),
+                5 => una.wrapping_add(1448 * u32::from(a % 4)),
+                6 => max.wrapping_add(u32::from(a % 2000)),
+                _ => una.wrapping_sub(u32::from(a % 2000)),
+            };
+            let f = match (c >> 3) % 8 {
+                0..=3 => flags::ACK,
+                4 => flags::ACK | flags::PSH,
+                5 => flags::ACK | flags::FIN,
+                6 => [flags::RST, flags::SYN, flags::ACK | flags::URG, 0][usize::from(a % 4)],
+                _ => flags::ACK | flags::RST,
+            };
+            let window = match (b >> 4) % 6 {
+                0..=3 => wfield,
+                4 => 0,
+                _ => wfield.wrapping_add(a % 300),
+            };
+            let tsval = ts_recent
+                .wrapping_add(u32::from(b >> 8) % 6)
+                .wrapping_sub(1);
+            let sack_l = una.wrapping_add(u32::from(a % 3) * 1448);
+            let sack_r = sack_l.wrapping_add(u32::from(b % 3000));
+            let ts = TcpOption::Timestamps {
+                tsval,
+                tsecr: our_tsval,
+            };
+            let sack = TcpOption::Sack([Some((sack_l, sack_r)), None, None, None]);
+            let unknown = TcpOption::Unknown {
+                kind: 30,
+                data: &[1, 2],
+            };
+            let opts: &[TcpOption] = match (c >> 6) % 4 {
+                0 | 1 => &[TcpOption::NoOp, TcpOption::NoOp, ts],
+                2 => match a % 3 {
+                    0 => &[],
+                    1 => &[
+                        TcpOption::NoOp,
+                        TcpOption::NoOp,
+                        ts,
+                        TcpOption::NoOp,
+                        TcpOption::NoOp,
+                        sack,
+                    ],
+                    _ => &[ts, unknown],
+                },
+                _ => &[TcpOption::NoOp, TcpOption::NoOp, ts],
+            };
+            let mut obuf = [0u8; 40];
+            let olen = write_options(opts, &mut obuf).unwrap();
+            let data = pattern(
+                if len % 2 == 0 {
+                    0
+                } else {
+                    usize::from(len % 1449)
+                },
+                7,
+            );
+            let mut r = forged(1, seq, ack, f, &data);
+            r.window = window;
+            r.options = &obuf[..olen];
+            let now = n.now;
+            n.conn_mut(0).handle_segment(&r, now);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The fast path changes nothing but the counter: the same segments, reads,
+    /// writes and timeouts give the same state and the same output as the general
+    /// path, and the fast path is taken.
+    #[test]
+    fn header_prediction_matches_the_general_path(
+        ops in prop::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>(), any::<u16>()), 1..120),
+    ) {
+        let mut fast = prediction_pair(true);
+        let mut slow = prediction_pair(false);
+        prop_assert_eq!(fast.conn(0).fingerprint(), slow.conn(0).fingerprint());
+        let mut our_tsval = last_from(&fast, 0).ts.unwrap().0;
+        for &op in &ops {
+            prediction_step(&mut fast, op, our_tsval);
+            prediction_step(&mut slow, op, our_tsval);
+            let out = drain(&mut fast);
+            prop_assert_eq!(&out, &drain(&mut slow));
+            prop_assert_eq!(fast.conn(0).fingerprint(), slow.conn(0).fingerprint());
+            if let Some(last) = out.last() {
+                let p = TcpPacket::new_checked(&last[..]).unwrap();
+                let ts = p.options_iter().find_map(|o| match o {
+                    Ok(TcpOption::Timestamps { tsval, .. }) => Some(tsval),
+                    _ => None,
+                });
+                our_tsval = ts.unwrap_or(our_tsval);
+            }
+        }
+        prop_assert_eq!(slow.conn(0).stats().header_predicted, 0);
+    }
+}
+
+/// End 0 sends 300 KB to end 1 while both are ESTABLISHED (neither closes).
+fn one_way_established(cfg: TcpConfig) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = Duration::from_micros(10);
+    n.apps[0].out = pattern(300_000, 0);
+    assert!(n.run_until(n.now + secs(10), |n| n.apps[1].got.len() == 300_000));
+    assert!(n.apps[1].got == n.apps[0].out);
+    n
+}
+
+#[test]
+fn header_prediction_takes_most_segments_of_a_transfer() {
+    // Data segments acknowledge nothing new, ACKs carry no data: both ends take
+    // most segments on the fast path.
+    let n = one_way_established(TcpConfig::default());
+    for i in 0..2 {
+        let st = n.conn(i).stats();
+        assert!(
+            st.header_predicted * 10 > st.segments_received * 8,
+            "{st:?}"
+        );
+    }
+    let m = one_way_established(TcpConfig {
+        header_prediction: false,
+        ..TcpConfig::default()
+    });
+    assert_eq!(m.conn(0).stats().header_predicted, 0);
+    // The same segments either way.
+    assert_eq!(n.log.len(), m.log.len());
+    assert!(n.log.iter().zip(&m.log).all(
+        |(x, y)| (x.at, x.seq, x.ack, x.len, x.window) == (y.at, y.seq, y.ack, y.len, y.window)
+    ));
 }
