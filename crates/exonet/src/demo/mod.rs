@@ -26,6 +26,7 @@ use exonet_wire::rng::SplitMix64;
 use exonet_wire::tcp::flags;
 
 mod raw;
+mod tcp;
 mod tour;
 mod veth;
 
@@ -41,6 +42,9 @@ pub struct DemoArgs {
     /// echoes; the 20 kB datagram makes a twentieth as many).
     #[arg(long, default_value_t = 1_000)]
     pub round_trips: usize,
+    /// Megabytes of the TCP transfer over the lossy cable.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub tcp_mb: u64,
     /// Run the sockets tour against Linux in a network namespace over a
     /// veth pair instead (needs root).
     #[arg(long)]
@@ -201,6 +205,7 @@ fn run_inner(args: &DemoArgs) -> Result<(), String> {
     dpf_tour(args)?;
     let raw = raw::tour(n)?;
     sockets(n, raw)?;
+    tcp::lossy_transfer(args.tcp_mb << 20)?;
     println!("\nnext: `exonet demo --veth` (root) runs the sockets tour against Linux;");
     println!("      `exonet bench dpf` compares with libpcap, hand-written Rust and eBPF;");
     println!("      `exonet bench endpoint` times the rings against the kernel's paths;");

@@ -106,6 +106,9 @@ pub struct TcpInfo {
     pub mss: usize,
     pub srtt: Option<Duration>,
     pub rto: Duration,
+    /// Congestion window and slow-start threshold, in bytes.
+    pub cwnd: u32,
+    pub ssthresh: u32,
     /// Bytes queued and not yet acknowledged.
     pub send_queue: usize,
     /// Bytes received and not yet read.
@@ -285,6 +288,8 @@ impl TcpStream {
             mss: c.send_mss(),
             srtt: c.srtt(),
             rto: c.rto(),
+            cwnd: c.cwnd(),
+            ssthresh: c.ssthresh(),
             send_queue: c.send_queue_len(),
             recv_queue: c.recv_queue_len(),
             stats: c.stats().clone(),
