@@ -74,7 +74,7 @@ pub struct TcpSocketStats {
 
 /// A TCP socket: a listener or a connection.
 pub(crate) enum TcpSock {
-    Listener(Listener),
+    Listener(Box<Listener>),
     Conn(Box<Conn>),
 }
 
@@ -280,12 +280,12 @@ impl Inner {
             self.control()
                 .bind_socket(self.endpoint, PROTO_TCP, (ip, local.port()), None)?;
         let mut s = Sock::new(Kind::Tcp, channel, SocketAddrV4::new(ip, port));
-        s.tcp = Some(TcpSock::Listener(Listener {
+        s.tcp = Some(TcpSock::Listener(Box::new(Listener {
             ready: VecDeque::new(),
             backlog: backlog.max(1),
             embryos: 0,
             config,
-        }));
+        })));
         Ok(self.add_socket(s))
     }
 
