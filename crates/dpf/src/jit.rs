@@ -287,6 +287,11 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
     flag_builder
         .set("opt_level", "speed")
         .expect("known cranelift setting");
+    // The generator is tested against the interpreter; checking its IR again
+    // at every compilation would double the cost of a slow update.
+    flag_builder
+        .set("enable_verifier", "false")
+        .expect("known cranelift setting");
     let isa = cranelift_native::builder()
         .expect("host is supported by cranelift")
         .finish(settings::Flags::new(flag_builder))

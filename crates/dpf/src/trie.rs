@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use crate::canon::{canonicalize, CAtom, CField, CShift, Canon, Step};
 use crate::filter::Op;
@@ -104,6 +105,13 @@ pub struct Dpf {
     next_id: u32,
     compiled: Option<Compiled>,
     stats: Stats,
+    /// With `Some(delay)`, a change that needs new code leaves the trie to
+    /// the interpreter until [`Dpf::settle`] compiles it, once changes have
+    /// paused for `delay` (or after 10 × `delay` of steady change): a burst of
+    /// connections costs one compilation, not one each.
+    lazy: Option<Duration>,
+    /// While the code is stale: when it went stale and the latest change.
+    stale: Option<(Instant, Instant)>,
 }
 
 const ROOT: NodeId = 0;
@@ -130,9 +138,38 @@ impl Dpf {
             next_id: 0,
             compiled: None,
             stats: Stats::default(),
+            lazy: None,
+            stale: None,
         };
         d.recompile();
         d
+    }
+
+    /// Defers compilation after slow updates (see the `lazy` field); `None`
+    /// compiles at once, the default.
+    pub fn set_lazy(&mut self, delay: Option<Duration>) {
+        self.lazy = delay;
+        if delay.is_none() && self.stale.is_some() {
+            self.compile_now();
+        }
+    }
+
+    /// Whether demux interprets while new code waits for [`Dpf::settle`].
+    pub fn is_stale(&self) -> bool {
+        self.stale.is_some()
+    }
+
+    /// In lazy mode, compiles the trie if changes have paused long enough
+    /// (or gone on too long).
+    pub fn settle(&mut self, now: Instant) {
+        let (Some(delay), Some((first, last))) = (self.lazy, self.stale) else {
+            return;
+        };
+        if now.saturating_duration_since(last) >= delay
+            || now.saturating_duration_since(first) >= delay * 10
+        {
+            self.compile_now();
+        }
     }
 
     pub fn engine(&self) -> Engine {
@@ -615,6 +652,17 @@ impl Dpf {
     }
 
     fn recompile(&mut self) {
+        if self.lazy.is_some() && self.engine == Engine::Jit {
+            let now = Instant::now();
+            self.compiled = None;
+            self.stale = Some(self.stale.map_or((now, now), |(first, _)| (first, now)));
+            return;
+        }
+        self.compile_now();
+    }
+
+    fn compile_now(&mut self) {
+        self.stale = None;
         self.compiled = match self.engine {
             Engine::Jit => {
                 self.stats.compiles += 1;
@@ -628,6 +676,42 @@ impl Dpf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lazy_mode_interprets_until_changes_settle() {
+        let mut d = Dpf::new();
+        d.set_lazy(Some(Duration::from_millis(5)));
+        let compiles = d.stats().compiles;
+        let mut ids = Vec::new();
+        for port in [80u32, 443, 8080] {
+            let f = format!(
+                "12:16 == 0x800 & 23:8 == 6 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == {port}"
+            );
+            ids.push(d.insert(&f.parse().unwrap()).unwrap());
+        }
+        assert!(d.is_stale());
+        let mut f = vec![0u8; 54];
+        f[12] = 8;
+        f[14] = 0x45;
+        f[23] = 6;
+        f[36..38].copy_from_slice(&443u16.to_be_bytes());
+        // Right while stale (the interpreter), and after compiling.
+        assert_eq!(d.demux(&f), Some(ids[1]));
+        let t = Instant::now();
+        d.settle(t);
+        assert!(d.is_stale(), "changes have not paused yet");
+        d.settle(t + Duration::from_millis(6));
+        assert!(!d.is_stale());
+        assert_eq!(d.stats().compiles, compiles + 1, "one compilation for the burst");
+        assert_eq!(d.demux(&f), Some(ids[1]));
+        // Steady change compiles after ten delays at the latest.
+        d.delete(ids[0]).unwrap();
+        d.settle(Instant::now() + Duration::from_millis(51));
+        assert!(!d.is_stale());
+        d.set_lazy(None);
+        d.delete(ids[2]).unwrap();
+        assert!(!d.is_stale(), "eager again");
+    }
 
     #[test]
     fn interpreter_prefers_the_more_specific_filter() {

@@ -98,6 +98,10 @@ const CLASSIFY_CHUNK: usize = 32;
 
 /// Most transmit descriptors taken from one endpoint's ring at a time.
 const TX_BATCH: usize = 64;
+/// How long filter changes must pause before the JIT compiles them (the
+/// interpreter classifies meanwhile): connection setups come in bursts, and
+/// one compilation then serves them all.
+const DPF_SETTLE: Duration = Duration::from_millis(2);
 
 /// What a channel's handler decided about an arrived frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,7 +524,11 @@ impl Mux {
         Mux {
             mac,
             config: MuxConfig { rx_batch, ..config },
-            dpf: Dpf::new(),
+            dpf: {
+                let mut d = Dpf::new();
+                d.set_lazy(Some(DPF_SETTLE));
+                d
+            },
             endpoints: BTreeMap::new(),
             next_endpoint: 0,
             channels: IdMap::default(),
@@ -957,6 +965,9 @@ impl Mux {
     /// One iteration of the loop: a receive batch and a transmit scan.
     /// Returns the frames received plus the frames sent.
     pub fn poll(&mut self) -> io::Result<usize> {
+        if self.dpf.is_stale() {
+            self.dpf.settle(Instant::now());
+        }
         Ok(self.poll_rx()? + self.poll_tx()?)
     }
 
@@ -1010,7 +1021,11 @@ impl Mux {
 
     /// The blocking half of [`wait`](Self::wait).
     fn block(&mut self, max: Duration, extra: &[BorrowedFd<'_>]) -> io::Result<bool> {
-        let timeout = self.link.poll_timeout().map_or(max, |t| t.min(max));
+        let mut timeout = self.link.poll_timeout().map_or(max, |t| t.min(max));
+        if self.dpf.is_stale() {
+            // Wake to compile the filters once their changes pause.
+            timeout = timeout.min(DPF_SETTLE);
+        }
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.endpoints.len() + extra.len() + 1);
         let events = |fd| libc::pollfd {

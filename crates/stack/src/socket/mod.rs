@@ -393,6 +393,16 @@ impl Shared {
                 g = self.lock();
                 continue;
             }
+            if self.in_process {
+                // What the pump queued (ACKs, a SYN-ACK) leaves before anyone
+                // sleeps: nothing else would move it.
+                drop(g);
+                let moved = self.drive()?;
+                g = self.lock();
+                if moved > 0 {
+                    continue;
+                }
+            }
             // Sleep no longer than the library's own next timer.
             let timer = g.next_deadline().map(|d| g.instant_of(d));
             let until = match (until, timer) {

@@ -82,3 +82,45 @@ pub fn transfer(
         retransmitted,
     })
 }
+
+/// Connections per second between the two hosts: connect, a request of
+/// `size` bytes, the same back, close; `count` of them after a warm-up of a
+/// tenth as many.
+pub fn connections(config: &StackConfig, count: u64, size: usize) -> Result<f64, Fail> {
+    let (sa, sb) = lossy_pair(config, Faults::default(), 1).map_err(error("memwire pair"))?;
+    let listener = TcpListener::bind(&sb, (B, PORT)).map_err(error("listen"))?;
+    listener
+        .set_accept_timeout(Some(PATIENCE))
+        .map_err(error("accept timeout"))?;
+    let total = count + count / 10;
+    let server = thread::spawn(move || -> Result<(), Fail> {
+        let mut req = vec![0u8; size];
+        for _ in 0..total {
+            let (mut s, _) = listener.accept().map_err(error("accept"))?;
+            s.set_read_timeout(Some(PATIENCE))
+                .map_err(error("timeout"))?;
+            s.read_exact(&mut req).map_err(error("request"))?;
+            s.write_all(&req).map_err(error("answer"))?;
+        }
+        Ok(())
+    });
+    let mut req = vec![0x5au8; size];
+    let mut start = Instant::now();
+    for i in 0..total {
+        if i == count / 10 {
+            start = Instant::now();
+        }
+        let mut c =
+            TcpStream::connect_timeout(&sa, (B, PORT), PATIENCE).map_err(error("connect"))?;
+        c.set_read_timeout(Some(PATIENCE))
+            .map_err(error("timeout"))?;
+        c.set_nodelay(true).map_err(error("nodelay"))?;
+        c.write_all(&req).map_err(error("request"))?;
+        c.read_exact(&mut req).map_err(error("answer"))?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    server
+        .join()
+        .map_err(|_| Fail::Error("the server panicked".into()))??;
+    Ok(count as f64 / secs)
+}

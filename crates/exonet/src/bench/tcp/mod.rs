@@ -32,7 +32,8 @@
 //! connection between two threads, each stack with its multiplexer in
 //! process: `tcp-tput-memwire`, 100 MB (20 MB with `--quick`), and
 //! `tcp-loss-memwire`, the same with 1% of the frames lost each way (goodput
-//! and segments retransmitted).
+//! and segments retransmitted); `tcp-cps-memwire`, connections per second
+//! as `tcp-cps-veth` makes them.
 //!
 //! Goals: round trip at most 0.8× Linux's; throughput at least Linux's
 //! without offloads and half of Linux's with them; connection rate at least
@@ -70,7 +71,8 @@ const BULK: &str = "tcp-bulk-veth";
 const CPS: &str = "tcp-cps-veth";
 const MEMWIRE: &str = "tcp-tput-memwire";
 const LOSS: &str = "tcp-loss-memwire";
-const CASES: [&str; 6] = [RTT, TPUT, BULK, CPS, MEMWIRE, LOSS];
+const CPS_MEMWIRE: &str = "tcp-cps-memwire";
+const CASES: [&str; 7] = [RTT, TPUT, BULK, CPS, MEMWIRE, LOSS, CPS_MEMWIRE];
 /// In the order of the table's columns.
 const SYSTEMS: [&str; 7] = [
     "exonet",
@@ -152,7 +154,7 @@ impl Job {
 fn metrics(case: &str) -> &'static [&'static str] {
     match case {
         RTT => &["us_rtt", "us_rtt_p99"],
-        CPS => &["cps"],
+        CPS | CPS_MEMWIRE => &["cps"],
         MEMWIRE | LOSS => &["gbps", "retransmitted"],
         _ => &["gbps"],
     }
@@ -173,7 +175,7 @@ fn systems(case: &str) -> &'static [&'static str] {
             "linux-offload",
             "linux-no-offload",
         ],
-        MEMWIRE | LOSS => &["exonet"],
+        MEMWIRE | LOSS | CPS_MEMWIRE => &["exonet"],
         _ => &["exonet-inproc", "exonet", "linux"],
     }
 }
@@ -317,8 +319,13 @@ fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
     for &system in systems(case) {
         rep.progress(&format!("{case}: {system}"));
         let config = StackConfig::default();
-        let r = memwire::transfer(&config, faults, bytes, 1)
-            .map(|t| vec![t.gbps, t.retransmitted as f64]);
+        let r = if case == CPS_MEMWIRE {
+            let count = if quick { 2_000 } else { 20_000 };
+            memwire::connections(&config, count, REQUEST_SIZE).map(|c| vec![c])
+        } else {
+            memwire::transfer(&config, faults, bytes, 1)
+                .map(|t| vec![t.gbps, t.retransmitted as f64])
+        };
         push(rep, case, system, r);
     }
 }
