@@ -366,6 +366,22 @@ fn mss_option(seg: &TcpRepr) -> Option<u16> {
         })
 }
 
+/// Bytes `range` of a ring buffer as one slice. Only a range across the wrap pays
+/// for making the buffer one slice: doing so for every segment would move the
+/// whole send buffer each time it wraps.
+fn ring_slice(ring: &mut VecDeque<u8>, range: std::ops::Range<usize>) -> &[u8] {
+    let front = ring.as_slices().0.len();
+    if range.start < front && range.end > front {
+        ring.make_contiguous();
+    }
+    let (a, b) = ring.as_slices();
+    if range.end <= a.len() {
+        &a[range]
+    } else {
+        &b[range.start - a.len()..range.end - a.len()]
+    }
+}
+
 /// One TCP connection. Feed it segments addressed to it ([`Connection::handle_segment`],
 /// checksum already verified) and expired deadlines ([`Connection::handle_timeout`]);
 /// drain [`Connection::poll_transmit`] after every input and application call, and
@@ -2047,12 +2063,7 @@ impl Connection {
             window: if f & flags::RST != 0 { 0 } else { window },
             urgent_ptr: 0,
             options,
-            // Only data segments pay for making the buffer one slice.
-            payload: if data.is_empty() {
-                &[]
-            } else {
-                &self.send_buf.make_contiguous()[data]
-            },
+            payload: ring_slice(&mut self.send_buf, data),
         };
         self.stats.segments_sent += 1;
         repr.emit(buf, *self.local.ip(), *self.remote.ip())
@@ -2087,7 +2098,28 @@ impl Connection {
 
 #[cfg(test)]
 mod ts_tests {
-    use super::ts_before;
+    use super::{ring_slice, ts_before};
+    use std::collections::VecDeque;
+
+    #[test]
+    fn ring_slices_across_the_wrap() {
+        // A ring whose second half of bytes wrapped to the front of its storage.
+        let wrapped = || {
+            let mut ring: VecDeque<u8> = VecDeque::with_capacity(8);
+            let cap = ring.capacity();
+            ring.extend((0..cap).map(|i| i as u8));
+            ring.drain(..cap / 2);
+            ring.extend((cap..cap + cap / 2).map(|i| i as u8));
+            assert!(!ring.as_slices().1.is_empty());
+            ring
+        };
+        let all: Vec<u8> = wrapped().into_iter().collect();
+        for start in 0..=all.len() {
+            for end in start..=all.len() {
+                assert_eq!(ring_slice(&mut wrapped(), start..end), &all[start..end]);
+            }
+        }
+    }
 
     #[test]
     fn timestamps_compare_modulo_2_32() {
