@@ -29,10 +29,9 @@ const MAX_WSCALE: u8 = 14;
 const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header, MSS, NOP and window scale, SACK-permitted (or
-/// two NOPs) and timestamps options.
-const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 20;
-/// The option space (RFC 9293 §3.1: a data offset of at most 15 words).
+/// The option space (RFC 9293 §3.1: a data offset of at most 15 words). A SYN's
+/// options (MSS, NOP and window scale, SACK-permitted or two NOPs, timestamps)
+/// take 20 bytes; an ACK's timestamps and three SACK blocks all 40.
 const MAX_OPTIONS_LEN: usize = 40;
 /// Option bytes on every segment once timestamps are agreed: two NOPs and the
 /// option (RFC 7323 Appendix A's layout).
@@ -1655,9 +1654,10 @@ impl Connection {
     /// Writes the next segment to send into `buf` and returns its length (the TCP
     /// segment only: the caller adds the IPv4 header from [`Connection::local`] to
     /// [`Connection::remote`]). `buf` should hold 24 + [`TcpConfig::mss`] bytes;
-    /// shorter buffers get shorter segments.
+    /// shorter buffers get shorter segments, down to 60 bytes (a header with the
+    /// most options), below which nothing is written.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
-        if buf.len() < SYN_HEADER_LEN {
+        if buf.len() < MIN_HEADER_LEN + MAX_OPTIONS_LEN {
             return None;
         }
         if let Some(seq) = self.rst_pending.take() {
@@ -1899,6 +1899,10 @@ impl Connection {
     fn sent(&mut self, now: Time, len: u32) {
         if self.snd_nxt < self.snd_max {
             self.stats.retransmitted += 1;
+        } else if self.snd_una == self.snd_max {
+            // Nothing was in flight since the last ACK.
+            self.cc
+                .restart_after_idle(now.saturating_duration_since(self.last_heard));
         }
         self.snd_nxt = self.snd_nxt + len;
         if self.snd_nxt > self.snd_max {
