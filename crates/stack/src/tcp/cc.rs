@@ -151,6 +151,16 @@ impl CongestionControl {
         self.cwnd = self.cwnd.saturating_add(whole as u32);
     }
 
+    /// Sending resumes after `idle` with nothing in flight. Time without sending
+    /// says nothing of the path, so CUBIC's epoch moves on by it (RFC 9438 §5.8
+    /// asks not to grow while application-limited; Linux's bictcp_cwnd_event does
+    /// this), lest W_cubic of the idle time open the window at once.
+    pub(crate) fn restart_after_idle(&mut self, idle: Duration) {
+        if let Some(epoch) = &mut self.cubic.epoch {
+            *epoch = *epoch + idle;
+        }
+    }
+
     /// A congestion event sets ssthresh: RFC 5681 equation (4), half the flight;
     /// RFC 9438 §4.6, β_cubic × cwnd, with W_max by §4.7's fast convergence. At
     /// least two segments either way.
@@ -330,6 +340,26 @@ mod tests {
         assert!(at(1.0) - at(0.1) > at(4.3) - at(3.4));
         assert!(at(8.0) - at(7.1) > at(4.3) - at(3.4));
         assert!((at(k) - 100.0).abs() < 2.0);
+    }
+
+    #[test]
+    fn cubic_idle_time_does_not_count() {
+        let rtt = Duration::from_millis(100);
+        let mss = 1000;
+        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        c.cwnd = 100 * mss;
+        c.enter_recovery(100 * mss, false);
+        let t = Time::ZERO + Duration::from_secs(1);
+        c.on_ack(mss, t, rtt);
+        let before = c.window();
+        // Ten idle seconds, well past K ≈ 4.2 s: the next window of ACKs finds
+        // the curve where it left it, rather than aiming at W_cubic(10 s) ≈ 180
+        // segments and growing by half.
+        c.restart_after_idle(Duration::from_secs(10));
+        for _ in 0..70 {
+            c.on_ack(mss, t + Duration::from_secs(10), rtt);
+        }
+        assert!(c.window() - before < 3 * mss, "{} → {}", before, c.window());
     }
 
     #[test]

@@ -29,10 +29,9 @@ const MAX_WSCALE: u8 = 14;
 const MAX_ACK_DELAY: Duration = Duration::from_millis(499);
 /// RFC 6298 §5.7: the RTO once data flows after a SYN had to be retransmitted.
 const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
-/// Header room for a SYN: the header, MSS, NOP and window scale, SACK-permitted (or
-/// two NOPs) and timestamps options.
-const SYN_HEADER_LEN: usize = MIN_HEADER_LEN + 20;
-/// The option space (RFC 9293 §3.1: a data offset of at most 15 words).
+/// The option space (RFC 9293 §3.1: a data offset of at most 15 words). A SYN's
+/// options (MSS, NOP and window scale, SACK-permitted or two NOPs, timestamps)
+/// take 20 bytes; an ACK's timestamps and three SACK blocks all 40.
 const MAX_OPTIONS_LEN: usize = 40;
 /// Option bytes on every segment once timestamps are agreed: two NOPs and the
 /// option (RFC 7323 Appendix A's layout).
@@ -364,6 +363,22 @@ fn mss_option(seg: &TcpRepr) -> Option<u16> {
             TcpOption::Mss(m) => Some(m),
             _ => None,
         })
+}
+
+/// Bytes `range` of a ring buffer as one slice. Only a range across the wrap pays
+/// for making the buffer one slice: doing so for every segment would move the
+/// whole send buffer each time it wraps.
+fn ring_slice(ring: &mut VecDeque<u8>, range: std::ops::Range<usize>) -> &[u8] {
+    let front = ring.as_slices().0.len();
+    if range.start < front && range.end > front {
+        ring.make_contiguous();
+    }
+    let (a, b) = ring.as_slices();
+    if range.end <= a.len() {
+        &a[range]
+    } else {
+        &b[range.start - a.len()..range.end - a.len()]
+    }
 }
 
 /// One TCP connection. Feed it segments addressed to it ([`Connection::handle_segment`],
@@ -1639,9 +1654,10 @@ impl Connection {
     /// Writes the next segment to send into `buf` and returns its length (the TCP
     /// segment only: the caller adds the IPv4 header from [`Connection::local`] to
     /// [`Connection::remote`]). `buf` should hold 24 + [`TcpConfig::mss`] bytes;
-    /// shorter buffers get shorter segments.
+    /// shorter buffers get shorter segments, down to 60 bytes (a header with the
+    /// most options), below which nothing is written.
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
-        if buf.len() < SYN_HEADER_LEN {
+        if buf.len() < MIN_HEADER_LEN + MAX_OPTIONS_LEN {
             return None;
         }
         if let Some(seq) = self.rst_pending.take() {
@@ -1883,6 +1899,10 @@ impl Connection {
     fn sent(&mut self, now: Time, len: u32) {
         if self.snd_nxt < self.snd_max {
             self.stats.retransmitted += 1;
+        } else if self.snd_una == self.snd_max {
+            // Nothing was in flight since the last ACK.
+            self.cc
+                .restart_after_idle(now.saturating_duration_since(self.last_heard));
         }
         self.snd_nxt = self.snd_nxt + len;
         if self.snd_nxt > self.snd_max {
@@ -2047,12 +2067,7 @@ impl Connection {
             window: if f & flags::RST != 0 { 0 } else { window },
             urgent_ptr: 0,
             options,
-            // Only data segments pay for making the buffer one slice.
-            payload: if data.is_empty() {
-                &[]
-            } else {
-                &self.send_buf.make_contiguous()[data]
-            },
+            payload: ring_slice(&mut self.send_buf, data),
         };
         self.stats.segments_sent += 1;
         repr.emit(buf, *self.local.ip(), *self.remote.ip())
@@ -2117,7 +2132,28 @@ impl Connection {
 
 #[cfg(test)]
 mod ts_tests {
-    use super::ts_before;
+    use super::{ring_slice, ts_before};
+    use std::collections::VecDeque;
+
+    #[test]
+    fn ring_slices_across_the_wrap() {
+        // A ring whose second half of bytes wrapped to the front of its storage.
+        let wrapped = || {
+            let mut ring: VecDeque<u8> = VecDeque::with_capacity(8);
+            let cap = ring.capacity();
+            ring.extend((0..cap).map(|i| i as u8));
+            ring.drain(..cap / 2);
+            ring.extend((cap..cap + cap / 2).map(|i| i as u8));
+            assert!(!ring.as_slices().1.is_empty());
+            ring
+        };
+        let all: Vec<u8> = wrapped().into_iter().collect();
+        for start in 0..=all.len() {
+            for end in start..=all.len() {
+                assert_eq!(ring_slice(&mut wrapped(), start..end), &all[start..end]);
+            }
+        }
+    }
 
     #[test]
     fn timestamps_compare_modulo_2_32() {

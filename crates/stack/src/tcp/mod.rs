@@ -1,7 +1,8 @@
 //! TCP (RFC 9293) as a sans-IO core: a [`Connection`] is one transmission control
 //! block, fed parsed segments and the time, and asked for segments to send and for
 //! its next deadline. Nothing here reads a clock or does I/O, so tests run whole
-//! connections over a simulated network in simulated time.
+//! connections over a simulated network in simulated time, with loss, duplication,
+//! reordering, delay, bit corruption (caught by the checksum) and slow readers.
 //!
 //! What is here: the state machine of RFC 9293 §3.3.2 with active, passive and
 //! simultaneous open and close, half-close, RST and SYN handling hardened per
@@ -12,22 +13,25 @@
 //! the samples expected per window, PAWS with §5.5's 24-day expiry of TS.Recent; the
 //! clock is the caller's `now` in milliseconds plus a per-connection offset,
 //! [`timestamp_offset`]), retransmission with the RFC 6298 timer, zero-window
-//! probing, keep-alive, delayed ACKs and Nagle's algorithm (all switchable), and
-//! congestion control ([`Congestion`]: RFC 5681 NewReno, or CUBIC per RFC 9438 with
-//! its Reno-friendly region and fast convergence, the default): slow start, fast
-//! retransmit with Limited Transmit (RFC 3042), SACK (RFC 2018: negotiated, blocks
-//! sent newest first for out-of-order data, a scoreboard driving RFC 6675 loss
-//! recovery with IsLost, NextSeg and pipe, stale or forged blocks ignored) and,
-//! without SACK, NewReno recovery (RFC 6582), and receive-buffer auto-tuning
-//! (Linux's dynamic right-sizing: the buffer grows towards
-//! [`TcpConfig::recv_buffer_max`] while the application keeps up, the window scale
-//! chosen for that ceiling), and header prediction (Van Jacobson's fast path for
-//! the common segment in ESTABLISHED, [`TcpConfig::header_prediction`], checked
-//! against the general path by a property test). Not yet: RFC 6675's optional rescue
-//! retransmission, D-SACK (RFC 2883), HyStart, and the sockets over the multiplexer. Of RFC
-//! 7323, a non-RST segment without timestamps on a connection that agreed to them
-//! is taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
-//! carries no timestamps (§3.2 allows either).
+//! probing, keep-alive, delayed ACKs and Nagle's algorithm (all switchable).
+//!
+//! Performance: congestion control by [`TcpConfig::congestion`], RFC 5681 NewReno
+//! or CUBIC (RFC 9438, the default: W_cubic with C = 0.4 and β = 0.7, the
+//! Reno-friendly region, fast convergence), with slow start, fast retransmit and
+//! Limited Transmit (RFC 3042); SACK (RFC 2018, [`TcpConfig::sack`]): blocks for
+//! out-of-order data, newest first, and a scoreboard driving RFC 6675 loss recovery
+//! (IsLost, NextSeg, pipe; blocks outside SND.UNA..SND.MAX ignored), NewReno
+//! recovery (RFC 6582) without it; receive-buffer auto-tuning (Linux's dynamic
+//! right-sizing up to [`TcpConfig::recv_buffer_max`], the window scale chosen for
+//! that ceiling); and header prediction ([`TcpConfig::header_prediction`]), a short
+//! path for pure ACKs and in-order data in ESTABLISHED, checked against the general
+//! path by a property test.
+//!
+//! Not yet: RFC 6675's optional rescue retransmission, detection of lost
+//! retransmissions (RACK, RFC 8985), D-SACK (RFC 2883), HyStart, and the sockets
+//! over the multiplexer. Of RFC 7323, a non-RST segment without timestamps on a
+//! connection that agreed to them is taken rather than dropped (§3.2's SHOULD;
+//! Linux takes it too), and a RST carries no timestamps (§3.2 allows either).
 
 mod cc;
 mod connection;
