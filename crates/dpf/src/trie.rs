@@ -702,7 +702,11 @@ mod tests {
         assert!(d.is_stale(), "changes have not paused yet");
         d.settle(t + Duration::from_millis(6));
         assert!(!d.is_stale());
-        assert_eq!(d.stats().compiles, compiles + 1, "one compilation for the burst");
+        assert_eq!(
+            d.stats().compiles,
+            compiles + 1,
+            "one compilation for the burst"
+        );
         assert_eq!(d.demux(&f), Some(ids[1]));
         // Steady change compiles after ten delays at the latest.
         d.delete(ids[0]).unwrap();

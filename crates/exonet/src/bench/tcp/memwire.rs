@@ -24,6 +24,8 @@ pub struct Transfer {
     pub gbps: f64,
     /// Segments the sender sent again.
     pub retransmitted: u64,
+    /// Of the losses, those found by the retransmission timer.
+    pub timeouts: u64,
 }
 
 /// Sends `bytes` from host A to host B over a cable with `faults`, with the
@@ -70,7 +72,7 @@ pub fn transfer(
     c.shutdown(Shutdown::Write).map_err(error("shutdown"))?;
     let mut rest = [0u8; 16];
     while c.read(&mut rest).map_err(error("read"))? > 0 {}
-    let retransmitted = c.info().map_err(error("info"))?.stats.retransmitted;
+    let stats = c.info().map_err(error("info"))?.stats;
     let (total, secs) = receiver
         .join()
         .map_err(|_| Fail::Error("the receiver panicked".into()))??;
@@ -79,7 +81,8 @@ pub fn transfer(
     }
     Ok(Transfer {
         gbps: total as f64 * 8.0 / secs / 1e9,
-        retransmitted,
+        retransmitted: stats.retransmitted,
+        timeouts: stats.timeouts,
     })
 }
 

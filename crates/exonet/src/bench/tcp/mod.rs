@@ -32,7 +32,9 @@
 //! connection between two threads, each stack with its multiplexer in
 //! process: `tcp-tput-memwire`, 100 MB (20 MB with `--quick`), and
 //! `tcp-loss-memwire`, the same with 1% of the frames lost each way (goodput
-//! and segments retransmitted); `tcp-cps-memwire`, connections per second
+//! and segments retransmitted), for CUBIC with SACK (`exonet-cubic`, the
+//! default), NewReno with SACK (`exonet-newreno`) and CUBIC without SACK
+//! (`exonet-nosack`); `tcp-cps-memwire`, connections per second
 //! as `tcp-cps-veth` makes them.
 //!
 //! Goals: round trip at most 0.8× Linux's; throughput at least Linux's
@@ -45,6 +47,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use exonet_link::Faults;
+use exonet_stack::tcp::Congestion;
 use exonet_stack::StackConfig;
 
 use crate::bench::endpoint::peer::{self, PATIENCE};
@@ -74,7 +77,7 @@ const LOSS: &str = "tcp-loss-memwire";
 const CPS_MEMWIRE: &str = "tcp-cps-memwire";
 const CASES: [&str; 7] = [RTT, TPUT, BULK, CPS, MEMWIRE, LOSS, CPS_MEMWIRE];
 /// In the order of the table's columns.
-const SYSTEMS: [&str; 7] = [
+const SYSTEMS: [&str; 10] = [
     "exonet",
     "exonet-inproc",
     "exonet-inproc-busy",
@@ -82,6 +85,9 @@ const SYSTEMS: [&str; 7] = [
     "linux-busy",
     "linux-offload",
     "linux-no-offload",
+    "exonet-cubic",
+    "exonet-newreno",
+    "exonet-nosack",
 ];
 const RTT_SIZE: usize = 4;
 const WRITE_SIZE: usize = 8192;
@@ -155,7 +161,7 @@ fn metrics(case: &str) -> &'static [&'static str] {
     match case {
         RTT => &["us_rtt", "us_rtt_p99"],
         CPS | CPS_MEMWIRE => &["cps"],
-        MEMWIRE | LOSS => &["gbps", "retransmitted"],
+        MEMWIRE | LOSS => &["gbps", "retransmitted", "timeouts"],
         _ => &["gbps"],
     }
 }
@@ -175,7 +181,8 @@ fn systems(case: &str) -> &'static [&'static str] {
             "linux-offload",
             "linux-no-offload",
         ],
-        MEMWIRE | LOSS | CPS_MEMWIRE => &["exonet"],
+        LOSS => &["exonet-cubic", "exonet-newreno", "exonet-nosack"],
+        MEMWIRE | CPS_MEMWIRE => &["exonet"],
         _ => &["exonet-inproc", "exonet", "linux"],
     }
 }
@@ -318,13 +325,18 @@ fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
     };
     for &system in systems(case) {
         rep.progress(&format!("{case}: {system}"));
-        let config = StackConfig::default();
+        let mut config = StackConfig::default();
+        match system {
+            "exonet-newreno" => config.tcp.congestion = Congestion::NewReno,
+            "exonet-nosack" => config.tcp.sack = false,
+            _ => {}
+        }
         let r = if case == CPS_MEMWIRE {
             let count = if quick { 2_000 } else { 20_000 };
             memwire::connections(&config, count, REQUEST_SIZE).map(|c| vec![c])
         } else {
             memwire::transfer(&config, faults, bytes, 1)
-                .map(|t| vec![t.gbps, t.retransmitted as f64])
+                .map(|t| vec![t.gbps, t.retransmitted as f64, t.timeouts as f64])
         };
         push(rep, case, system, r);
     }
