@@ -9,12 +9,10 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::Shutdown;
 use std::path::Path;
-use std::process::{Child, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Output;
 use std::time::Duration;
 
-use common::daemons::{daemon, exonet, json_u64, signal, text, Procs};
-use common::until;
+use common::daemons::{daemon, exonet, finish, json_u64, logged, server, signal, text, Procs};
 use exonet_stack::{Stack, TcpStream};
 
 const A: &str = "10.77.19.1";
@@ -26,38 +24,6 @@ fn tool(sock: &Path, args: &[&str]) -> Output {
         .arg(sock)
         .output()
         .unwrap()
-}
-
-/// A server started with `args` on the daemon at `sock`, once it said
-/// `ready` on stderr; its later stderr lines are collected.
-fn server(sock: &Path, args: &[&str], ready: &str) -> (Child, Arc<Mutex<Vec<String>>>) {
-    let mut c = exonet()
-        .args(args)
-        .arg("--socket")
-        .arg(sock)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(c.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains(ready), "{args:?}: {line}");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in err.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(l);
-        }
-    });
-    (c, lines)
-}
-
-/// Waits until a line of `log` contains `what`.
-fn logged(log: &Mutex<Vec<String>>, what: &str) {
-    until(what, || {
-        log.lock().unwrap().iter().any(|l| l.contains(what))
-    });
 }
 
 /// A little data that is not random enough to compress, and differs per
@@ -173,6 +139,7 @@ fn tcp_tools_between_two_daemons() {
         &["tcp-bulk", "recv", "--verify", "--json", "--count", "2"],
         "listening on 10.77.19.1:5001",
     );
+    procs.0.push(recv);
     let bulk = format!("{A}:5001");
     let out = tool(
         &sb,
@@ -195,7 +162,7 @@ fn tcp_tools_between_two_daemons() {
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}{}", text(&out.stderr));
     assert!(s.contains("1048576 bytes in "), "{s}");
-    let out = recv.wait_with_output().unwrap();
+    let out = finish(&mut procs.0);
     let s = text(&out.stdout);
     assert!(out.status.success(), "{s}{}", text(&out.stderr));
     let lines: Vec<&str> = s.lines().collect();
@@ -210,12 +177,13 @@ fn tcp_tools_between_two_daemons() {
         &["tcp-bulk", "recv", "--verify", "--port", "5002"],
         "listening on",
     );
+    procs.0.push(recv);
     let c = connect(&stack, 5002);
     let mut bad: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
     bad[4321] ^= 0x40;
     (&c).write_all(&bad).unwrap();
     c.shutdown(Shutdown::Write).unwrap();
-    assert!(!recv.wait_with_output().unwrap().status.success());
+    assert!(!finish(&mut procs.0).status.success());
     logged(&log, "byte 4321 of the stream is 0x");
     drop(c);
 
@@ -362,9 +330,8 @@ fn http(procs: &mut Procs, sa: &Path, sb: &Path, stack: &Stack) {
     );
 
     // SIGTERM stops it cleanly.
-    let serve = procs.0.pop().unwrap();
-    signal(&serve, libc::SIGTERM);
-    let status = serve.wait_with_output().unwrap().status;
+    signal(procs.0.last().unwrap(), libc::SIGTERM);
+    let status = finish(&mut procs.0).status;
     assert!(status.success(), "{status}");
     logged(&log, "exonet http-serve: stopped after ");
 
