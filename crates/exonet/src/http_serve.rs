@@ -390,8 +390,13 @@ fn respond_error(s: &TcpStream, status: Status) -> io::Result<u64> {
 
 /// Sends the file (its head, and its body unless `head_only`) in chunks;
 /// returns the body bytes sent.
-fn respond_file(s: &TcpStream, path: &Path, keep: bool, head_only: bool) -> io::Result<u64> {
-    let mut file = File::open(path)?;
+fn respond_file(
+    s: &TcpStream,
+    mut file: File,
+    path: &Path,
+    keep: bool,
+    head_only: bool,
+) -> io::Result<u64> {
     let length = file.metadata()?.len();
     let mut w = s;
     w.write_all(&head(Status::OK, length, content_type(path), keep, ""))?;
@@ -493,11 +498,18 @@ fn requests(s: &TcpStream, peer: SocketAddr, site: &Site) -> io::Result<()> {
             (Status::METHOD, n)
         } else {
             match resolve(&site.root, &req.target) {
-                Resolved::File(path) => match respond_file(s, &path, keep, head_only) {
-                    Ok(n) => (Status::OK, n),
-                    Err(e) => {
-                        log(peer, &line, Status::OK.0, 0, started);
-                        return Err(e);
+                Resolved::File(path) => match File::open(&path) {
+                    Ok(file) => match respond_file(s, file, &path, keep, head_only) {
+                        Ok(n) => (Status::OK, n),
+                        Err(e) => {
+                            log(peer, &line, Status::OK.0, 0, started);
+                            return Err(e);
+                        }
+                    },
+                    // Not readable by this user.
+                    Err(_) => {
+                        let n = respond_text(s, Status::FORBIDDEN, keep, "", !head_only)?;
+                        (Status::FORBIDDEN, n)
                     }
                 },
                 Resolved::Redirect(to) => {

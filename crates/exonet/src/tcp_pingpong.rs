@@ -40,10 +40,10 @@ pub struct TcpPingpongArgs {
     #[arg(long)]
     socket: Option<PathBuf>,
     /// Messages to send.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, conflicts_with = "listen", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     count: u64,
     /// Bytes per message.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    #[arg(long, conflicts_with = "listen", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     size: u32,
     /// Milliseconds to wait for the connection and for each echo.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -52,7 +52,7 @@ pub struct TcpPingpongArgs {
     #[arg(long, default_value_t = 0)]
     busy_poll: u64,
     /// One JSON object instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "listen")]
     json: bool,
 }
 

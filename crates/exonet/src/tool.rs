@@ -211,7 +211,7 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub struct Patient<'a> {
     stream: &'a TcpStream,
-    pub idle: Option<Duration>,
+    idle: Option<Duration>,
 }
 
 impl<'a> Patient<'a> {

@@ -335,7 +335,8 @@ fn http(procs: &mut Procs, sa: &Path, sb: &Path, stack: &Stack) {
     assert!(status.success(), "{status}");
     logged(&log, "exonet http-serve: stopped after ");
 
-    // One connection at most: a second one is answered 503.
+    // One connection at most: a second one is answered 503; the first,
+    // idle, is closed after a second.
     let (serve, _) = server(
         sa,
         &[
@@ -344,6 +345,8 @@ fn http(procs: &mut Procs, sa: &Path, sb: &Path, stack: &Stack) {
             "--port",
             "8081",
             "--max-connections",
+            "1",
+            "--idle-timeout",
             "1",
         ],
         "serving ",
@@ -372,6 +375,7 @@ fn bad_tcp_tool_command_lines_are_refused_clearly() {
         (&["tcp-pingpong", "nohost"], "HOST:PORT"),
         (&["tcp-pingpong", "10.77.19.1:7", "--listen"], "--listen"),
         (&["tcp-pingpong", "10.77.19.1:7", "--size", "0"], "--size"),
+        (&["tcp-pingpong", "--listen", "--count", "3"], "--count"),
         (&["tcp-bulk"], "Usage"),
         (&["tcp-bulk", "send"], "HOST:PORT"),
         (
