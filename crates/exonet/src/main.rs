@@ -11,9 +11,13 @@ mod bench;
 mod daemon;
 mod demo;
 mod filter_cmd;
+mod http_get;
+mod http_serve;
 mod ping;
 mod raw_echo;
 mod stats_cmd;
+mod tcp_bulk;
+mod tcp_pingpong;
 mod tool;
 mod udp_echo;
 mod udp_send;
@@ -50,6 +54,16 @@ enum Command {
     UdpEcho(udp_echo::UdpEchoArgs),
     /// Send numbered datagrams to a UDP echo server and measure round trips.
     UdpSend(udp_send::UdpSendArgs),
+    /// TCP round trips: an echo server (`--listen`), or a client sending one
+    /// message at a time and printing RTT percentiles.
+    TcpPingpong(tcp_pingpong::TcpPingpongArgs),
+    /// TCP throughput: `send` a checkable byte pattern, or `recv` (and
+    /// `--verify`) it.
+    TcpBulk(tcp_bulk::TcpBulkArgs),
+    /// A static HTTP/1.1 file server (GET and HEAD, keep-alive).
+    HttpServe(http_serve::HttpServeArgs),
+    /// Fetch an http:// URL; the body to a file or stdout.
+    HttpGet(http_get::HttpGetArgs),
     /// The other process of a two-process benchmark, started by `exonet
     /// bench`.
     #[command(hide = true)]
@@ -68,6 +82,10 @@ fn main() -> ExitCode {
         Command::Ping(args) => ping::run(&args),
         Command::UdpEcho(args) => udp_echo::run(&args),
         Command::UdpSend(args) => udp_send::run(&args),
+        Command::TcpPingpong(args) => tcp_pingpong::run(&args),
+        Command::TcpBulk(args) => tcp_bulk::run(&args),
+        Command::HttpServe(args) => http_serve::run(&args),
+        Command::HttpGet(args) => http_get::run(&args),
         Command::BenchChild(args) => bench::child(&args),
     }
 }

@@ -28,36 +28,12 @@ pub struct UdpEchoArgs {
     reasm_timeout: Option<u64>,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
 static DUMP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
 
 extern "C" fn on_dump(_: libc::c_int) {
     DUMP.store(true, Ordering::Relaxed);
 }
 
-fn handle(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the
-    // handler only stores to an atomic, which is async-signal-safe.
-    let r = unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = handler as libc::sighandler_t;
-        // The control socket's calls go on; the doorbell's poll returns
-        // (poll is never restarted), so the loop sees the flag.
-        sa.sa_flags = libc::SA_RESTART;
-        libc::sigaction(signal, &sa, std::ptr::null_mut())
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// How often a blocked read looks at the signal flags.
-const TICK: Duration = Duration::from_millis(50);
 /// How long an echo may wait for its sender's address to resolve before it
 /// is dropped (a spoofed source must not stall the server for ARP's give-up).
 const SEND_WAIT: Duration = Duration::from_millis(500);
@@ -73,10 +49,8 @@ pub fn run(args: &UdpEchoArgs) -> ExitCode {
 }
 
 fn serve(args: &UdpEchoArgs) -> io::Result<()> {
-    for s in [libc::SIGINT, libc::SIGTERM] {
-        handle(s, on_stop)?;
-    }
-    handle(libc::SIGUSR1, on_dump)?;
+    tool::stop_on_signals()?;
+    tool::on_signal(libc::SIGUSR1, on_dump)?;
     let mut config = tool::busy_poll(args.busy_poll);
     if let Some(ms) = args.reasm_timeout {
         config.reasm.timeout = Duration::from_millis(ms);
@@ -84,13 +58,13 @@ fn serve(args: &UdpEchoArgs) -> io::Result<()> {
     let stack = tool::open_stack(args.at.socket.as_ref(), &config)?;
     let ip = args.at.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let sock = UdpSocket::bind(&stack, (ip, args.at.port))?;
-    sock.set_read_timeout(Some(TICK))?;
+    sock.set_read_timeout(Some(tool::TICK))?;
     sock.set_write_timeout(Some(SEND_WAIT))?;
     eprintln!("exonet udp-echo: listening on {}", sock.local_addr()?);
     let limit = args.at.count.unwrap_or(u64::MAX);
     let mut counts = Counts::default();
     let mut buf = vec![0u8; 65536];
-    while counts.answered < limit && !STOP.load(Ordering::Relaxed) {
+    while counts.answered < limit && !tool::stopped() {
         if DUMP.swap(false, Ordering::Relaxed) {
             println!("{}", json(&counts, &stack.stats()));
         }

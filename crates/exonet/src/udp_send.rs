@@ -247,25 +247,16 @@ impl Report {
         let loss = tool::loss_pct(self.sent, self.received);
         let s = self.rtts.summary();
         if args.json {
-            let rtt = |f: fn(&tool::Summary) -> Duration| {
-                s.as_ref()
-                    .map_or("null".to_string(), |s| format!("{:.1}", tool::us(f(s))))
-            };
             println!(
                 "{{\"target\":\"{}\",\"size\":{},\"sent\":{},\"received\":{},\"lost\":{lost},\
-                 \"loss_pct\":{loss},\"corrupt\":{},\"refused\":{},\"rtt_min_us\":{},\
-                 \"rtt_p50_us\":{},\"rtt_p90_us\":{},\"rtt_p99_us\":{},\"rtt_max_us\":{}}}",
+                 \"loss_pct\":{loss},\"corrupt\":{},\"refused\":{},{}}}",
                 args.target,
                 args.size,
                 self.sent,
                 self.received,
                 self.corrupt,
                 self.refused,
-                rtt(|s| s.min),
-                rtt(|s| s.p50),
-                rtt(|s| s.p90),
-                rtt(|s| s.p99),
-                rtt(|s| s.max),
+                tool::rtt_json(s.as_ref()),
             );
             return;
         }
@@ -280,14 +271,7 @@ impl Report {
             );
         }
         if let Some(s) = s {
-            println!(
-                "rtt us: min {:.1} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1}",
-                tool::us(s.min),
-                tool::us(s.p50),
-                tool::us(s.p90),
-                tool::us(s.p99),
-                tool::us(s.max)
-            );
+            println!("{}", tool::rtt_text(&s));
         }
     }
 }

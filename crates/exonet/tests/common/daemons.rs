@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use exonet_shm::control::Client;
 
@@ -140,4 +141,45 @@ pub fn stop_echo(echo: Child, out: &mut BufReader<ChildStdout>) -> String {
 /// A child's output as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// A server started with `args` on the daemon at `sock`, once it said
+/// `ready` on stderr; its later stderr lines are collected, its stdout
+/// piped.
+pub fn server(sock: &Path, args: &[&str], ready: &str) -> (Child, Arc<Mutex<Vec<String>>>) {
+    let mut c = exonet()
+        .args(args)
+        .arg("--socket")
+        .arg(sock)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains(ready), "{args:?}: {line}");
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for l in err.lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    (c, lines)
+}
+
+/// Waits until a line of `log` contains `what`.
+pub fn logged(log: &Mutex<Vec<String>>, what: &str) {
+    until(what, || {
+        log.lock().unwrap().iter().any(|l| l.contains(what))
+    });
+}
+
+/// The output of the last of `procs` once it exits (bounded in time), taken
+/// off the list.
+pub fn finish(procs: &mut Vec<Child>) -> std::process::Output {
+    let c = procs.last_mut().unwrap();
+    until("the process exits", || c.try_wait().unwrap().is_some());
+    procs.pop().unwrap().wait_with_output().unwrap()
 }

@@ -162,6 +162,21 @@ impl Rig {
         in_ns(&self.linux, program)
     }
 
+    /// Linux's end sends each TCP segment as its own frame, checksum filled
+    /// in: exonet's link receives frame by frame, so a 64 KB "segment" left
+    /// to segmentation offload (TSO, GSO) would never arrive.
+    pub fn no_offloads(&self) {
+        run(self
+            .linux("ethtool")
+            .args(["-K", &self.vl])
+            .args(["tso", "off", "gso", "off", "gro", "off", "tx", "off"]));
+    }
+
+    /// The rig's scratch directory (removed with it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The daemon's MAC address as scapy writes it.
     pub fn exo_mac(&self) -> String {
         let mac = Client::connect(&self.sock).unwrap().info().unwrap().mac;

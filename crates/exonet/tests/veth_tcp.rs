@@ -1,0 +1,295 @@
+//! The TCP tools against real Linux peers over veth (root only; "skipped:
+//! needs root" otherwise), on the rig of tests/veth.rs with Linux's
+//! segmentation offloads off: `curl` from `exonet http-serve`, `exonet
+//! http-get` from Python's `http.server`, `nc` both ways with half-close,
+//! 200 MB from Python to `exonet tcp-bulk recv --verify`, and
+//! `tcp-pingpong` against `socat` and from `nc`. Every Linux client runs
+//! under `timeout` (servers are the Rig's to kill, so they are started
+//! without one: `timeout` would leave them behind); each step's time is
+//! printed.
+
+mod common;
+
+use std::fs::File;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use common::daemons::{exonet, finish, json_u64, logged, server, text};
+use common::netns::{is_root, run, Rig};
+use common::until;
+
+/// `program` in Linux's namespace, killed after a minute.
+fn linux(rig: &Rig, program: &str) -> Command {
+    let mut c = rig.linux("timeout");
+    c.args(["60", program]);
+    c
+}
+
+/// A shell command line in Linux's namespace, its program killed after a
+/// minute.
+fn sh(rig: &Rig, script: &str) -> Output {
+    run(rig
+        .linux("sh")
+        .args(["-c", &format!("timeout 60 {script}")]))
+}
+
+/// A server in Linux's namespace, quiet, killed with the rig.
+fn linux_server(rig: &mut Rig, program: &str, args: &[&str]) {
+    let c = rig
+        .linux(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    rig.procs.push(c);
+}
+
+fn tool(rig: &Rig, args: &[&str]) -> Output {
+    exonet()
+        .args(args)
+        .arg("--socket")
+        .arg(&rig.sock)
+        .output()
+        .unwrap()
+}
+
+/// The stream `tcp-bulk` sends and checks: byte i is i % 251.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn sha256(rig: &Rig, path: &Path) -> String {
+    let out = run(rig.linux("sha256sum").arg(path));
+    text(&out.stdout).split(' ').next().unwrap().to_string()
+}
+
+/// Runs `step`, printing how long it took.
+fn timed<T>(what: &str, step: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = step();
+    eprintln!("{what}: {:.2} s", t.elapsed().as_secs_f64());
+    r
+}
+
+/// Waits until Linux listens on TCP `addr`.
+fn listening(rig: &Rig, addr: &str) {
+    until(&format!("Linux listens on {addr}"), || {
+        text(&run(rig.linux("ss").args(["-tln"])).stdout).contains(addr)
+    });
+}
+
+fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
+    let mut rig = Rig::new(link, suffix, subnet);
+    rig.no_offloads();
+    let (exo, lin) = (rig.exo_ip.clone(), rig.linux_ip.clone());
+    let dir = rig.dir().to_path_buf();
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    let big = noise(10 << 20);
+    std::fs::write(www.join("big.bin"), &big).unwrap();
+    std::fs::write(www.join("index.html"), "<h1>exonet</h1>\n").unwrap();
+
+    // curl from exonet's http-serve.
+    let (serve, log) = server(
+        &rig.sock,
+        &["http-serve", www.to_str().unwrap(), "--port", "80"],
+        "serving ",
+    );
+    rig.procs.push(serve);
+    let got = dir.join("curl.bin");
+    timed("curl 10 MB from exonet http-serve", || {
+        sh(
+            &rig,
+            &format!("curl -sS --fail -o {} http://{exo}/big.bin", got.display()),
+        )
+    });
+    assert_eq!(sha256(&rig, &got), sha256(&rig, &www.join("big.bin")));
+    let out = sh(&rig, &format!("curl -sS --fail http://{exo}/"));
+    assert_eq!(text(&out.stdout), "<h1>exonet</h1>\n");
+    let out = linux(&rig, "curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("http://{exo}/nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "404");
+    logged(&log, "\"GET /big.bin HTTP/1.1\" 200 10485760");
+
+    // exonet http-get from Python's http.server.
+    let root = www.to_str().unwrap();
+    linux_server(
+        &mut rig,
+        "/usr/bin/python3",
+        &[
+            "-m",
+            "http.server",
+            "8000",
+            "--bind",
+            &lin,
+            "--directory",
+            root,
+        ],
+    );
+    listening(&rig, &format!("{lin}:8000"));
+    let got = dir.join("get.bin");
+    let url = format!("http://{lin}:8000/big.bin");
+    let out = timed("exonet http-get 10 MB from python http.server", || {
+        tool(&rig, &["http-get", &url, "-o", got.to_str().unwrap()])
+    });
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(std::fs::read(&got).unwrap() == big, "the file differs");
+    let out = tool(&rig, &["http-get", &format!("http://{lin}:8000/nothing")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+
+    // nc sends (half-closing), exonet checks.
+    let sent = dir.join("pattern.bin");
+    std::fs::write(&sent, pattern(8 << 20)).unwrap();
+    let (recv, _) = server(
+        &rig.sock,
+        &["tcp-bulk", "recv", "--verify", "--json"],
+        "listening on ",
+    );
+    rig.procs.push(recv);
+    timed("nc -N 8 MB to exonet tcp-bulk recv", || {
+        sh(&rig, &format!("nc -N {exo} 5001 < {}", sent.display()))
+    });
+    let out = finish(&mut rig.procs);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert_eq!(json_u64(&s, "bytes"), Some(8 << 20), "{s}");
+
+    // exonet sends, nc receives until exonet's FIN and closes.
+    let into = dir.join("from-exonet.bin");
+    let nc = rig
+        .linux("nc")
+        .args(["-l", &lin, "5002"])
+        .stdin(Stdio::null())
+        .stdout(File::create(&into).unwrap())
+        .spawn()
+        .unwrap();
+    rig.procs.push(nc);
+    listening(&rig, &format!("{lin}:5002"));
+    let out = timed("exonet tcp-bulk send 20 MB to nc -l", || {
+        tool(
+            &rig,
+            &[
+                "tcp-bulk",
+                "send",
+                &format!("{lin}:5002"),
+                "--bytes",
+                "20M",
+                "--json",
+            ],
+        )
+    });
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}{}", text(&out.stderr));
+    eprintln!("  {s}");
+    let status = finish(&mut rig.procs).status;
+    assert!(status.success(), "nc: {status}");
+    assert!(
+        std::fs::read(&into).unwrap() == pattern(20_000_000),
+        "nc's copy differs"
+    );
+
+    // 200 MB from Python, checked.
+    let (recv, _) = server(
+        &rig.sock,
+        &["tcp-bulk", "recv", "--verify", "--json", "--port", "5003"],
+        "listening on ",
+    );
+    rig.procs.push(recv);
+    let sender = format!(
+        "import socket\n\
+         block = bytes(i % 251 for i in range(251 * 4096))\n\
+         s = socket.create_connection(('{exo}', 5003))\n\
+         left = 200_000_000\n\
+         while left:\n    n = min(left, len(block))\n    s.sendall(block[:n])\n    left -= n\n\
+         s.shutdown(socket.SHUT_WR)\n\
+         assert s.recv(1) == b''\n"
+    );
+    timed("python 200 MB to exonet tcp-bulk recv --verify", || {
+        run(linux(&rig, "/usr/bin/python3").args(["-c", &sender]))
+    });
+    let out = finish(&mut rig.procs);
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert_eq!(json_u64(&s, "bytes"), Some(200_000_000), "{s}");
+    eprintln!("  {s}");
+
+    // exonet tcp-pingpong against socat's echo.
+    let listen = format!("TCP-LISTEN:7007,bind={lin},fork,reuseaddr");
+    linux_server(&mut rig, "socat", &[&listen, "EXEC:cat"]);
+    listening(&rig, &format!("{lin}:7007"));
+    let out = timed("exonet tcp-pingpong to socat, 200 x 100 bytes", || {
+        tool(
+            &rig,
+            &[
+                "tcp-pingpong",
+                &format!("{lin}:7007"),
+                "--count",
+                "200",
+                "--size",
+                "100",
+                "--json",
+            ],
+        )
+    });
+    let s = text(&out.stdout);
+    assert!(out.status.success(), "{s}{}", text(&out.stderr));
+    assert_eq!(json_u64(&s, "count"), Some(200), "{s}");
+    eprintln!("  {s}");
+
+    // Linux's nc against exonet's echo server: a word and 1 MB.
+    let (echo, _) = server(
+        &rig.sock,
+        &["tcp-pingpong", "--listen", "--port", "7"],
+        "listening on ",
+    );
+    rig.procs.push(echo);
+    let out = sh(&rig, &format!("printf hello | nc -N {exo} 7"));
+    assert_eq!(text(&out.stdout), "hello");
+    let out = timed("nc -N 1 MB through exonet tcp-pingpong --listen", || {
+        let one = dir.join("one.bin");
+        std::fs::write(&one, &big[..1 << 20]).unwrap();
+        sh(&rig, &format!("nc -N {exo} 7 < {}", one.display()))
+    });
+    assert!(
+        out.stdout == big[..1 << 20],
+        "echoed {} bytes",
+        out.stdout.len()
+    );
+    assert!(rig.daemon_alive());
+}
+
+#[test]
+fn tcp_with_linux_peers_over_afpacket() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tcp_with_linux_peers("afpacket", "", 61);
+}
+
+#[test]
+fn tcp_with_linux_peers_over_afxdp() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tcp_with_linux_peers("afxdp", "", 62);
+}
