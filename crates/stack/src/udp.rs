@@ -82,7 +82,7 @@ pub fn parse(src: Ipv4Addr, dst: Ipv4Addr, ip_payload: &[u8]) -> Result<UdpDatag
 
 /// Writes a UDP datagram carrying `payload` into the front of `buf`, checksum
 /// included, and returns its length. The payload is copied and summed in one pass
-/// ([`copy_and_sum`]) instead of copied and then read again for the checksum.
+/// ([`checksum::copy_and_sum`]) instead of copied and then read again for the checksum.
 ///
 /// `BadLength` if the datagram would exceed 65535 bytes, `Truncated` if `buf` is
 /// shorter than it.
@@ -97,7 +97,7 @@ pub fn emit(
         .get_mut(..usize::from(len))
         .ok_or(WireError::Truncated)?;
     let (head, body) = buf.split_at_mut(HEADER_LEN);
-    let data_sum = copy_and_sum(body, payload);
+    let data_sum = checksum::copy_and_sum(body, payload);
     let mut p = UdpPacket::new_unchecked(head);
     p.set_src_port(src.port());
     p.set_dst_port(dst.port());
@@ -118,35 +118,6 @@ pub fn emit(
     };
     buf[6..8].copy_from_slice(&c.to_be_bytes());
     Ok(usize::from(len))
-}
-
-/// Copies `src` into `dst` and returns the one's-complement sum of the bytes
-/// ([`checksum::sum`] of `src`), reading each byte once: "copy once, checksum in the
-/// copy".
-///
-/// Like [`checksum::sum`] it adds 64-bit native-order words with end-around carry and
-/// swaps the folded result to network order once (RFC 1071 §2(B)), so any alignment
-/// of either slice works.
-///
-/// # Panics
-/// If the slices differ in length (as [`slice::copy_from_slice`]).
-pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u16 {
-    assert_eq!(dst.len(), src.len(), "copy_and_sum: lengths differ");
-    let mut acc = 0u64;
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(s);
-        d.copy_from_slice(&w);
-        acc = checksum::add64(acc, u64::from_ne_bytes(w));
-    }
-    let (d, s) = (d.into_remainder(), s.remainder());
-    d.copy_from_slice(s);
-    let mut w = [0u8; 8];
-    w[..s.len()].copy_from_slice(s);
-    acc = checksum::add64(acc, u64::from_ne_bytes(w));
-    u16::from_be(checksum::fold(acc))
 }
 
 /// What a socket is bound to: a local address and port (address 0.0.0.0 matches any
@@ -459,7 +430,7 @@ mod tests {
                                    src_off in 0usize..8, dst_off in 0usize..8) {
             let src = &data[src_off.min(data.len())..];
             let mut out = vec![0u8; src.len() + dst_off];
-            let s = copy_and_sum(&mut out[dst_off..], src);
+            let s = checksum::copy_and_sum(&mut out[dst_off..], src);
             prop_assert_eq!(&out[dst_off..], src);
             prop_assert_eq!(s, checksum::sum(src));
             prop_assert_eq!(s, checksum::sum_reference(src));

@@ -149,6 +149,35 @@ pub fn complete_partial(frame: &mut [u8]) -> bool {
     true
 }
 
+/// Copies `src` into `dst` and returns the one's-complement sum of the bytes
+/// ([`sum`] of `src`), reading each byte once: "copy once, checksum in the
+/// copy".
+///
+/// Like [`sum`] it adds 64-bit native-order words with end-around carry and
+/// swaps the folded result to network order once (RFC 1071 §2(B)), so any alignment
+/// of either slice works.
+///
+/// # Panics
+/// If the slices differ in length (as [`slice::copy_from_slice`]).
+pub fn copy_and_sum(dst: &mut [u8], src: &[u8]) -> u16 {
+    assert_eq!(dst.len(), src.len(), "copy_and_sum: lengths differ");
+    let mut acc = 0u64;
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(s);
+        d.copy_from_slice(&w);
+        acc = add64(acc, u64::from_ne_bytes(w));
+    }
+    let (d, s) = (d.into_remainder(), s.remainder());
+    d.copy_from_slice(s);
+    let mut w = [0u8; 8];
+    w[..s.len()].copy_from_slice(s);
+    acc = add64(acc, u64::from_ne_bytes(w));
+    u16::from_be(fold(acc))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -539,8 +539,19 @@ impl<'a> TcpRepr<'a> {
         let opts = p.options_mut();
         opts[..self.options.len()].copy_from_slice(self.options);
         opts[self.options.len()..].fill(0);
-        p.payload_mut().copy_from_slice(self.payload);
-        p.fill_checksum(src, dst);
+        p.set_checksum(0);
+        // Copy once, checksum in the copy: the payload's sum comes from the
+        // copy itself (it starts at an even offset, so the sums simply add).
+        let payload = checksum::copy_and_sum(p.payload_mut(), self.payload);
+        let b = p.into_inner();
+        let sum = [
+            checksum::pseudo_header_sum(src, dst, protocol::TCP, len),
+            checksum::sum(&b[..hl]),
+            payload,
+        ]
+        .into_iter()
+        .fold(0, checksum::add);
+        TcpPacket::new_unchecked(b).set_checksum(!sum);
         Ok(())
     }
 }

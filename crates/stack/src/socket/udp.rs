@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::core::{Kind, SendError, MAX_UDP_PAYLOAD};
 use super::{v4, Handle, Stack};
-use crate::udp::copy_and_sum;
+use exonet_wire::checksum::copy_and_sum;
 
 /// A UDP socket on a [`Stack`]: a channel of its endpoint, bound through the
 /// multiplexer's registry. Methods are those of `std::net::UdpSocket`; timeouts and
