@@ -547,6 +547,11 @@ proptest! {
             timestamps: timestamps & 1 != 0,
             sack: sack & 1 != 0,
             congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
+            // A quarter of segments lost with two-segment windows costs a timeout
+            // per loss: backoff to a minute would outlast the hour allowed, and
+            // seven tries may not get a SYN and its SYN-ACK through.
+            max_rto: secs(5),
+            max_syn_retransmissions: 15,
             ..fast_config()
         };
         let cfg_b = TcpConfig {
