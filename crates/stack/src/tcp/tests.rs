@@ -1,5 +1,5 @@
 //! Two connections back to back over a simulated network in simulated time, with
-//! seeded loss, duplication, reordering and delay.
+//! seeded loss, duplication, reordering, delay and bit corruption.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -110,6 +110,8 @@ struct Net {
     pass: Filter,
     /// Segments dropped on arrival for a bad checksum.
     corrupted: usize,
+    /// Whether each end has been in TIME-WAIT.
+    time_waited: [bool; 2],
 }
 
 impl Net {
@@ -128,6 +130,7 @@ impl Net {
             link_free: [Time::ZERO; 2],
             pass: Box::new(|_| true),
             corrupted: 0,
+            time_waited: [false; 2],
         }
     }
 
@@ -382,6 +385,9 @@ impl Net {
                 c.handle_timeout(now);
             }
         }
+        for i in 0..2 {
+            self.time_waited[i] |= self.state(i) == TcpState::TimeWait;
+        }
         true
     }
 
@@ -547,6 +553,11 @@ proptest! {
             timestamps: timestamps & 1 != 0,
             sack: sack & 1 != 0,
             congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
+            // A quarter of segments lost with two-segment windows costs a timeout
+            // per loss: backoff to a minute would outlast the hour allowed, and
+            // seven tries may not get a SYN and its SYN-ACK through.
+            max_rto: secs(5),
+            max_syn_retransmissions: 15,
             ..fast_config()
         };
         let cfg_b = TcpConfig {
@@ -2229,6 +2240,17 @@ fn fault_matrix(seed: u64, faults: Faults, base: TcpConfig, read_chunk: usize) -
                 assert_eq!(n.conn(i).sack(), cfg.sack);
                 assert!(n.log.iter().any(|s| s.from == i && s.has(flags::FIN)));
             }
+            // The end whose FIN went first waited out TIME-WAIT (both, if the FINs
+            // crossed); the other closed from LAST-ACK.
+            let fin_at = |i| {
+                n.log
+                    .iter()
+                    .find(|s| s.from == i && s.has(flags::FIN))
+                    .unwrap()
+                    .at
+            };
+            let first = if fin_at(0) <= fin_at(1) { 0 } else { 1 };
+            assert!(n.time_waited[first]);
             n
         })
         .collect()
