@@ -159,6 +159,30 @@ impl Reporter {
         self.records.push(r);
     }
 
+    /// One line per metric of a measurement that yields several values (in
+    /// the order of `metrics`); one line for all if it was skipped.
+    pub fn push_all(
+        &mut self,
+        case: &str,
+        system: &str,
+        metrics: &[&str],
+        r: Result<impl IntoIterator<Item = f64>, Fail>,
+    ) {
+        match r {
+            Ok(values) => {
+                for (m, v) in metrics.iter().zip(values) {
+                    self.push(case, system, m, Outcome::Value(v));
+                }
+            }
+            Err(Fail::Skip(why)) => self.push(case, system, metrics[0], Outcome::Skipped(why)),
+            Err(Fail::Error(e)) => {
+                for m in metrics {
+                    self.push(case, system, m, Outcome::Error(e.clone()));
+                }
+            }
+        }
+    }
+
     /// A progress note on stderr, unless `--json-only`.
     pub fn progress(&self, msg: &str) {
         if !self.json_only {

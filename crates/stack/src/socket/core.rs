@@ -482,16 +482,36 @@ impl Inner {
     fn flush_tx(&mut self) {
         let give_up = Instant::now() + Duration::from_secs(1);
         while self.tx.outstanding() > 0 && Instant::now() < give_up {
-            if self.in_process {
-                if let Ok(mut m) = self.mux.try_lock() {
-                    let _ = m.drive();
-                    continue;
-                }
-            } else if self.kick.notify_if_sleeping().is_err() {
+            if !self.nudge(Duration::from_micros(50)) {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    /// Lets the multiplexer move frames while a thread waits for it outside
+    /// the sleep protocol: runs an in-process one (or, if another thread is
+    /// at it, pauses), kicks a daemon and pauses. False if the daemon is gone.
+    fn nudge(&mut self, pause: Duration) -> bool {
+        if self.in_process {
+            if let Ok(mut m) = self.mux.try_lock() {
+                let _ = m.drive();
+                return true;
+            }
+        } else if self.kick.notify_if_sleeping().is_err() {
+            return false;
+        }
+        std::thread::sleep(pause);
+        true
+    }
+
+    /// Our address and prefix on the subnet of `dst`, if any.
+    fn on_link(&self, dst: Ipv4Addr) -> Option<(Ipv4Addr, u8)> {
+        self.info.addrs.iter().copied().find(|&(a, len)| {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            u32::from(a) & mask == u32::from(dst) & mask
+        })
     }
 
     /// Gives a datagram's receive buffer back (on the next [`Inner::give_back`]).
@@ -849,14 +869,9 @@ impl Inner {
         broadcast_ok: bool,
         now: Time,
     ) -> io::Result<Option<[u8; 6]>> {
-        let on_link = self.info.addrs.iter().find(|&&(a, len)| {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(len.min(32)))
-                .unwrap_or(0);
-            u32::from(a) & mask == u32::from(dst) & mask
-        });
+        let on_link = self.on_link(dst);
         let broadcast = dst.is_broadcast()
-            || on_link.is_some_and(|&(addr, prefix_len)| {
+            || on_link.is_some_and(|(addr, prefix_len)| {
                 IfAddr { addr, prefix_len }.broadcast() == Some(dst)
             });
         if broadcast {

@@ -192,6 +192,41 @@ impl Stack {
     }
 }
 
+/// The options every stream and datagram socket has, as std's sockets have
+/// them: timeouts (`WouldBlock` after them, as std on Unix), non-blocking mode
+/// and the pending error. For a type whose [`Handle`] is its field `h`.
+macro_rules! socket_options {
+    () => {
+        pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+            self.h.set_read_timeout(t)
+        }
+
+        pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+            self.h.set_write_timeout(t)
+        }
+
+        pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+            Ok(self.h.with(|s| s.read_timeout))
+        }
+
+        pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+            Ok(self.h.with(|s| s.write_timeout))
+        }
+
+        /// In non-blocking mode, calls that would wait return `WouldBlock`.
+        pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+            self.h.set_nonblocking(on)
+        }
+
+        /// The pending asynchronous error (an ICMP error for a connected
+        /// datagram socket; a reset or timeout for a stream), cleared.
+        pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+            Ok(self.h.with(|s| s.error.take()).map(io::Error::from))
+        }
+    };
+}
+pub(crate) use socket_options;
+
 /// What every kind of socket is: a socket of a stack, with the options all
 /// kinds share. Dropping it closes the socket (its channel is unbound).
 pub(crate) struct Handle {

@@ -254,32 +254,7 @@ impl TcpStream {
         self.with_conn(|c| c.keepalive())
     }
 
-    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.h.set_read_timeout(t)
-    }
-
-    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.h.set_write_timeout(t)
-    }
-
-    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.h.with(|s| s.read_timeout))
-    }
-
-    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.h.with(|s| s.write_timeout))
-    }
-
-    /// In non-blocking mode, reads and writes that would wait return
-    /// `WouldBlock`.
-    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.h.set_nonblocking(on)
-    }
-
-    /// The pending error (a reset or a timeout not yet reported), cleared.
-    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self.h.with(|s| s.error.take()).map(io::Error::from))
-    }
+    super::socket_options!();
 
     /// The connection's state, timers and counters.
     pub fn info(&self) -> io::Result<TcpInfo> {

@@ -185,26 +185,7 @@ impl UdpSocket {
         })
     }
 
-    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.h.set_read_timeout(t)
-    }
-
-    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.h.set_write_timeout(t)
-    }
-
-    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.h.with(|s| s.read_timeout))
-    }
-
-    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.h.with(|s| s.write_timeout))
-    }
-
-    /// In non-blocking mode, calls that would wait return `WouldBlock`.
-    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.h.set_nonblocking(on)
-    }
+    super::socket_options!();
 
     /// Allows sending to broadcast addresses (`SO_BROADCAST`).
     pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
@@ -228,12 +209,6 @@ impl UdpSocket {
 
     pub fn ttl(&self) -> io::Result<u32> {
         Ok(self.h.with(|s| s.ttl).into())
-    }
-
-    /// The pending asynchronous error (an ICMP error for a connected socket),
-    /// cleared.
-    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(self.h.with(|s| s.error.take()).map(io::Error::from))
     }
 
     pub(crate) fn id(&self) -> usize {

@@ -11,6 +11,7 @@ use exonet::hosts::{lossy_pair, B};
 use exonet_link::Faults;
 use exonet_stack::{StackConfig, TcpListener, TcpStream};
 
+use super::node::drain;
 use crate::bench::endpoint::error;
 use crate::bench::endpoint::peer::PATIENCE;
 use crate::bench::report::Fail;
@@ -45,17 +46,7 @@ pub fn transfer(
         let (mut s, _) = listener.accept().map_err(error("accept"))?;
         s.set_read_timeout(Some(PATIENCE))
             .map_err(error("timeout"))?;
-        let mut buf = vec![0u8; 1 << 16];
-        let (mut total, mut first) = (0u64, None);
-        loop {
-            let n = s.read(&mut buf).map_err(error("read"))?;
-            if n == 0 {
-                break;
-            }
-            first.get_or_insert_with(Instant::now);
-            total += n as u64;
-        }
-        Ok((total, first.map_or(0.0, |t| t.elapsed().as_secs_f64())))
+        drain(&mut s)
     });
     let mut c = TcpStream::connect_timeout(&sa, (B, PORT), PATIENCE).map_err(error("connect"))?;
     c.set_write_timeout(Some(PATIENCE))

@@ -295,23 +295,6 @@ fn goal(
     }
 }
 
-fn push(rep: &mut Reporter, case: &str, system: &str, r: Result<Vec<f64>, Fail>) {
-    let metrics = metrics(case);
-    match r {
-        Ok(values) => {
-            for (m, v) in metrics.iter().zip(values) {
-                rep.push(case, system, m, Outcome::Value(v));
-            }
-        }
-        Err(Fail::Skip(why)) => rep.push(case, system, metrics[0], Outcome::Skipped(why)),
-        Err(Fail::Error(e)) => {
-            for m in metrics {
-                rep.push(case, system, m, Outcome::Error(e.clone()));
-            }
-        }
-    }
-}
-
 /// A bulk transfer over memwire: clean, or with 1% of frames lost each way.
 fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
     let bytes: u64 = if quick { 20 << 20 } else { 100 << 20 };
@@ -338,7 +321,7 @@ fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
             memwire::transfer(&config, faults, bytes, 1)
                 .map(|t| vec![t.gbps, t.retransmitted as f64, t.timeouts as f64])
         };
-        push(rep, case, system, r);
+        rep.push_all(case, system, metrics(case), r);
     }
 }
 
@@ -398,7 +381,7 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                     let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
                     measure(stack, netns, exonet_ips, serve, &mut ports, &job)
                 };
-                push(rep, case, system, r);
+                rep.push_all(case, system, metrics(case), r);
             }
         }
         for &system in systems(case).iter().filter(|s| s.starts_with("linux")) {
@@ -418,7 +401,7 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                 // Back to the veth's default for what follows.
                 let _ = offloads(&net, true);
             }
-            push(rep, case, system, r);
+            rep.push_all(case, system, metrics(case), r);
         }
     }
 }

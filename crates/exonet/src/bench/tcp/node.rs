@@ -213,19 +213,29 @@ impl Listener {
     }
 }
 
+/// Reads a stream to its end: the bytes, and the seconds from the first to
+/// the end.
+pub fn drain(s: &mut impl Read) -> Result<(u64, f64), Fail> {
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut total, mut first) = (0u64, None);
+    loop {
+        let n = s.read(&mut buf).map_err(error("read"))?;
+        if n == 0 {
+            return Ok((
+                total,
+                first.map_or(0.0, |t: Instant| t.elapsed().as_secs_f64()),
+            ));
+        }
+        first.get_or_insert_with(Instant::now);
+        total += n as u64;
+    }
+}
+
 /// `exonet bench-child tcp-node`.
 pub fn node(args: &TcpNodeArgs) -> Result<(), Fail> {
     let net = match args.stack {
         Stack::Exonet | Stack::ExonetInproc | Stack::ExonetInprocBusy => {
-            let serve = match (&args.socket, &args.link) {
-                (Some(path), None) => Serve::Daemon(path),
-                (None, Some(link)) => Serve::Link(link),
-                _ => {
-                    return Err(Fail::Error(
-                        "exonet needs --socket or --link (not both)".into(),
-                    ))
-                }
-            };
+            let serve = Serve::of(args.socket.as_deref(), args.link.as_deref())?;
             let busy = args.stack == Stack::ExonetInprocBusy;
             Net::Exonet(open_stack(serve, *args.local.ip(), busy)?)
         }
@@ -275,18 +285,7 @@ pub fn node(args: &TcpNodeArgs) -> Result<(), Fail> {
         }
         Role::Sink => {
             let mut s = net.listen(args.local)?.accept().map_err(error("accept"))?;
-            let mut buf = vec![0u8; 1 << 16];
-            let mut total = 0u64;
-            let mut first = None;
-            loop {
-                let n = s.read(&mut buf).map_err(error("read"))?;
-                if n == 0 {
-                    break;
-                }
-                first.get_or_insert_with(Instant::now);
-                total += n as u64;
-            }
-            let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let (total, secs) = drain(&mut s)?;
             println!("received {total} {secs}");
             Ok(())
         }

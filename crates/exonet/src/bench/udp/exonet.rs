@@ -32,6 +32,19 @@ pub enum Serve<'a> {
     Link(&'a str),
 }
 
+impl<'a> Serve<'a> {
+    /// From a node's `--socket` and `--link`: exactly one of them.
+    pub fn of(socket: Option<&'a Path>, link: Option<&'a str>) -> Result<Serve<'a>, Fail> {
+        match (socket, link) {
+            (Some(path), None) => Ok(Serve::Daemon(path)),
+            (None, Some(link)) => Ok(Serve::Link(link)),
+            _ => Err(Fail::Error(
+                "exonet needs --socket or --link (not both)".into(),
+            )),
+        }
+    }
+}
+
 pub struct ExonetSocket {
     sock: UdpSocket,
     /// recv_many's buffers.

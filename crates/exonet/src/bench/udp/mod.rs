@@ -217,29 +217,6 @@ fn goal(rep: &mut Reporter, case: &str, metric: &str, want: &str, met: impl Fn(f
     }
 }
 
-/// One JSON line per metric of a measurement; one for all if skipped.
-fn push(
-    rep: &mut Reporter,
-    case: &str,
-    system: &str,
-    metrics: [&str; 2],
-    r: Result<[f64; 2], Fail>,
-) {
-    match r {
-        Ok(values) => {
-            for (m, v) in metrics.into_iter().zip(values) {
-                rep.push(case, system, m, Outcome::Value(v));
-            }
-        }
-        Err(Fail::Skip(why)) => rep.push(case, system, metrics[0], Outcome::Skipped(why)),
-        Err(Fail::Error(e)) => {
-            for m in metrics {
-                rep.push(case, system, m, Outcome::Error(e.clone()));
-            }
-        }
-    }
-}
-
 /// The two sides: namespaces (if any), addresses, ports, who serves
 /// exonet's endpoints.
 fn sides<'a>(
@@ -350,7 +327,7 @@ fn memwire(plan: &Plan, scratch: &Scratch, ports: &mut Ports, rep: &mut Reporter
             );
             rtt(stack, &s, plan)
         };
-        push(rep, RTT_MEMWIRE, system, RTT_METRICS, r);
+        rep.push_all(RTT_MEMWIRE, system, &RTT_METRICS, r);
     }
 }
 
@@ -439,7 +416,7 @@ fn veth(plan: &Plan, scratch: &Scratch, ports: &mut Ports, cases: &[&str], rep: 
                     .and_then(|d| measure(exonet_ips, by_daemons(d))),
                 Stack::Linux | Stack::LinuxBusy => measure(kernel_ips, [None; 2]),
             };
-            push(rep, case, system, metrics(case), r);
+            rep.push_all(case, system, &metrics(case), r);
         }
     }
 }

@@ -132,15 +132,7 @@ pub fn node(args: &NodeArgs) -> Result<(), Fail> {
     let deadline = Instant::now() + Duration::from_millis(args.lifetime_ms);
     let mut sock: Box<dyn Datagrams> = match args.stack {
         Stack::Exonet | Stack::ExonetBusy | Stack::ExonetInproc | Stack::ExonetInprocBusy => {
-            let serve = match (&args.socket, &args.link) {
-                (Some(path), None) => Serve::Daemon(path),
-                (None, Some(link)) => Serve::Link(link),
-                _ => {
-                    return Err(Fail::Error(
-                        "exonet needs --socket or --link (not both)".into(),
-                    ))
-                }
-            };
+            let serve = Serve::of(args.socket.as_deref(), args.link.as_deref())?;
             let busy = matches!(args.stack, Stack::ExonetBusy | Stack::ExonetInprocBusy);
             Box::new(ExonetSocket::open(serve, args.local, args.remote, busy)?)
         }

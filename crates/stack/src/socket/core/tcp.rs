@@ -303,17 +303,7 @@ impl Inner {
         }
         // Refuses what cannot be reached and starts resolving the neighbour.
         self.next_hop(dst, false, now)?;
-        let ip = self
-            .info
-            .addrs
-            .iter()
-            .find(|&&(a, len)| {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(len.min(32)))
-                    .unwrap_or(0);
-                u32::from(a) & mask == u32::from(dst) & mask
-            })
-            .map_or(self.info.addrs[0].0, |&(a, _)| a);
+        let ip = self.on_link(dst).map_or(self.info.addrs[0].0, |(a, _)| a);
         let (channel, port) = self.control().bind_socket(
             self.endpoint,
             PROTO_TCP,
@@ -956,15 +946,9 @@ impl Inner {
             }
             let now = self.now();
             self.pump(now);
-            if self.in_process {
-                if let Ok(mut m) = self.mux.try_lock() {
-                    let _ = m.drive();
-                    continue;
-                }
-            } else if self.kick.notify_if_sleeping().is_err() {
+            if !self.nudge(Duration::from_micros(200)) {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(200));
         }
     }
 }
