@@ -28,8 +28,10 @@
 //! path by a property test.
 //!
 //! Not yet: RFC 6675's optional rescue retransmission, detection of lost
-//! retransmissions (RACK, RFC 8985), D-SACK (RFC 2883), HyStart, and the sockets
-//! over the multiplexer. Of RFC 7323, a non-RST segment without timestamps on a
+//! retransmissions (RACK, RFC 8985), D-SACK (RFC 2883), HyStart, and sending from
+//! buffers in the endpoint's segment (the send buffer is private memory, so each
+//! transmission copies the data into a frame). The sockets over the multiplexer
+//! are in [`crate::socket`]. Of RFC 7323, a non-RST segment without timestamps on a
 //! connection that agreed to them is taken rather than dropped (§3.2's SHOULD;
 //! Linux takes it too), and a RST carries no timestamps (§3.2 allows either).
 
