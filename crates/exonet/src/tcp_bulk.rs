@@ -76,6 +76,10 @@ struct RecvArgs {
     /// Check that byte i of each stream is i % 251.
     #[arg(long)]
     verify: bool,
+    /// Milliseconds to leave each connection unread after accepting it, so
+    /// that the window closes and the sender probes it.
+    #[arg(long, default_value_t = 0)]
+    read_delay: u64,
     #[command(flatten)]
     common: Common,
 }
@@ -218,6 +222,7 @@ fn recv(args: &RecvArgs) -> io::Result<()> {
     let idle = Duration::from_secs(c.timeout);
     let mut done = 0;
     tool::accept_loop(&listener, |s, peer| {
+        std::thread::sleep(Duration::from_millis(args.read_delay));
         let moved = receive(&s, peer, args.verify, idle)
             .map_err(|e| io::Error::new(e.kind(), format!("{peer}: {e}")))?;
         moved.print("recv", c.json);

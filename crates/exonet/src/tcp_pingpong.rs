@@ -1,16 +1,22 @@
 //! `exonet tcp-pingpong`: TCP round trips. With `--listen` it is an echo
 //! server (a thread per connection, bounded); otherwise it connects, sends
 //! one message at a time, reads its full echo back and prints the round
-//! trips' percentiles, as `udp-send` does for datagrams.
+//! trips' percentiles, as `udp-send` does for datagrams. The server prints
+//! its stack's counters as one JSON line on SIGUSR1 and when it stops, as
+//! `udp-echo` does.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use exonet_stack::{TcpListener, TcpStream};
+use exonet_stack::tcp::TcpStats;
+use exonet_stack::{Stack, TcpListener, TcpStream};
 
 use crate::tool::{self, Patient, Rtts, Slots};
 
@@ -70,8 +76,95 @@ pub fn run(args: &TcpPingpongArgs) -> ExitCode {
     }
 }
 
+static DUMP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_dump(_: libc::c_int) {
+    DUMP.store(true, Ordering::Relaxed);
+}
+
+/// The server's connections, for the counters only `TcpStream::info` has
+/// (challenge ACKs, PAWS): the live ones by number, and the sums of those
+/// that ended.
+#[derive(Default)]
+struct Conns {
+    live: HashMap<u64, Arc<TcpStream>>,
+    next: u64,
+    ended: ConnCounts,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ConnCounts {
+    challenge_acks: u64,
+    challenge_acks_suppressed: u64,
+    paws_rejected: u64,
+}
+
+impl ConnCounts {
+    fn add(&mut self, s: &TcpStats) {
+        self.challenge_acks += s.challenge_acks;
+        self.challenge_acks_suppressed += s.challenge_acks_suppressed;
+        self.paws_rejected += s.paws_rejected;
+    }
+}
+
+impl Conns {
+    fn add(&mut self, s: Arc<TcpStream>) -> u64 {
+        self.next += 1;
+        self.live.insert(self.next, s);
+        self.next
+    }
+
+    fn end(&mut self, id: u64) {
+        if let Some(s) = self.live.remove(&id) {
+            // A connection that was reset may have no state left to report.
+            if let Ok(i) = s.info() {
+                self.ended.add(&i.stats);
+            }
+        }
+    }
+
+    fn counts(&self) -> ConnCounts {
+        let mut c = self.ended;
+        for s in self.live.values() {
+            if let Ok(i) = s.info() {
+                c.add(&i.stats);
+            }
+        }
+        c
+    }
+}
+
+/// The stack's TCP counters and the connections' own, as one flat JSON
+/// object (the names as `udp-echo`'s).
+fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
+    let c = conns.lock().unwrap_or_else(|e| e.into_inner()).counts();
+    let s = stack.stats();
+    let t = &s.tcp;
+    let fields: [(&str, u64); 17] = [
+        ("tcp_segments", t.segments),
+        ("tcp_bad_checksum", t.bad_checksum),
+        ("tcp_malformed", t.malformed),
+        ("tcp_resets_sent", t.resets_sent),
+        ("tcp_syn_dropped", t.syn_dropped),
+        ("tcp_accept_overflow", t.accept_overflow),
+        ("tcp_accepts", t.accepts),
+        ("tcp_failed", t.failed),
+        ("tcp_open", t.open as u64),
+        ("tcp_retransmitted", t.retransmitted),
+        ("tcp_timeouts", t.timeouts),
+        ("tcp_challenge_acks", c.challenge_acks),
+        ("tcp_challenge_acks_suppressed", c.challenge_acks_suppressed),
+        ("tcp_paws_rejected", c.paws_rejected),
+        ("ipv4_received", s.ipv4.received),
+        ("ipv4_dropped", s.ipv4.total_dropped()),
+        ("arp_failed", s.arp.failed),
+    ];
+    tool::json_object(&fields)
+}
+
 fn serve(args: &TcpPingpongArgs) -> io::Result<()> {
     tool::stop_on_signals()?;
+    tool::on_signal(libc::SIGUSR1, on_dump)?;
     let stack = tool::open_stack(args.socket.as_ref(), &tool::busy_poll(args.busy_poll))?;
     let ip = args.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let listener = TcpListener::bind(&stack, (ip, args.port))?;
@@ -79,22 +172,40 @@ fn serve(args: &TcpPingpongArgs) -> io::Result<()> {
         "exonet tcp-pingpong: listening on {}",
         listener.local_addr()?
     );
+    let conns = Arc::new(Mutex::new(Conns::default()));
+    // The accept loop only wakes for connections: the counters have a
+    // thread of their own.
+    let (dump_stack, dump_conns) = (stack.clone(), conns.clone());
+    std::thread::spawn(move || loop {
+        std::thread::sleep(tool::TICK);
+        if DUMP.swap(false, Ordering::Relaxed) {
+            println!("{}", json(&dump_stack, &dump_conns));
+        }
+    });
     let slots = Slots::new(MAX_CONNECTIONS);
     tool::accept_loop(&listener, |s, peer| {
         let Some(slot) = slots.take() else {
             eprintln!("exonet tcp-pingpong: {peer}: refused, {MAX_CONNECTIONS} connections busy");
             return Ok(true);
         };
+        let s = Arc::new(s);
+        let id = conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(s.clone());
+        let conns = conns.clone();
         std::thread::spawn(move || {
             let _slot = slot;
             match echo(&s) {
                 Ok(n) => eprintln!("exonet tcp-pingpong: {peer}: {n} bytes echoed"),
                 Err(e) => eprintln!("exonet tcp-pingpong: {peer}: {e}"),
             }
+            conns.lock().unwrap_or_else(|e| e.into_inner()).end(id);
         });
         Ok(true)
     })?;
     eprintln!("exonet tcp-pingpong: stopped");
+    println!("{}", json(&stack, &conns));
     Ok(())
 }
 

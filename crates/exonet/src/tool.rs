@@ -93,6 +93,12 @@ pub fn byte_count(s: &str) -> Result<u64, String> {
         .ok_or_else(bad)
 }
 
+/// Named counters as one flat JSON object, as the servers print them.
+pub fn json_object(fields: &[(&str, u64)]) -> String {
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    format!("{{{}}}", body.join(","))
+}
+
 /// Gigabits per second of `bytes` in `secs`.
 pub fn gbps(bytes: u64, secs: f64) -> f64 {
     if secs > 0.0 {

@@ -155,6 +155,5 @@ fn json(c: &Counts, s: &StackStats) -> String {
         ("reasm_bytes", s.reasm_bytes as u64),
         ("queued", s.queued as u64),
     ]);
-    let body: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-    format!("{{{}}}", body.join(","))
+    tool::json_object(&fields)
 }

@@ -12,7 +12,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use common::daemons::{daemon, exonet, finish, json_u64, logged, server, signal, text, Procs};
+use common::daemons::{
+    daemon, echo_stats, exonet, finish, json_u64, logged, server, signal, text, Procs,
+};
 use exonet_stack::{Stack, TcpStream};
 
 const A: &str = "10.77.19.1";
@@ -124,6 +126,19 @@ fn tcp_tools_between_two_daemons() {
     assert!(s.contains("10 messages of 64 bytes echoed"), "{s}");
     assert!(s.contains("rtt us: min "), "{s}");
     logged(&log, "500000 bytes echoed");
+    // The server's counters on SIGUSR1: three connections, nothing dropped.
+    let echo = &mut procs.0[2];
+    let mut counters = BufReader::new(echo.stdout.take().unwrap());
+    let c = echo_stats(echo, &mut counters);
+    assert!(json_u64(&c, "tcp_accepts") >= Some(3), "{c}");
+    for k in [
+        "tcp_bad_checksum",
+        "tcp_malformed",
+        "tcp_syn_dropped",
+        "tcp_challenge_acks",
+    ] {
+        assert_eq!(json_u64(&c, k), Some(0), "{k}: {c}");
+    }
     // Nobody on port 8: refused.
     let out = tool(&sb, &["tcp-pingpong", &format!("{A}:8"), "--count", "1"]);
     assert!(!out.status.success());
