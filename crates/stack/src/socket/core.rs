@@ -494,8 +494,10 @@ impl Inner {
     fn nudge(&mut self, pause: Duration) -> bool {
         if self.in_process {
             if let Ok(mut m) = self.mux.try_lock() {
-                let _ = m.drive();
-                return true;
+                // Pause only when nothing moved: the peer has to answer.
+                if m.drive().unwrap_or(0) > 0 {
+                    return true;
+                }
             }
         } else if self.kick.notify_if_sleeping().is_err() {
             return false;

@@ -80,6 +80,11 @@ impl Default for StackConfig {
                 // unknown delay, not a LAN.
                 min_rto: Duration::from_millis(200),
                 recv_buffer: 256 * 1024,
+                // A short delay (RFC 9293 §3.8.6.3; every second segment is
+                // still acknowledged at once): an answer the application
+                // writes at once carries the ACK, instead of a frame of its
+                // own before it. U-Net §7.8's objection was to BSD's 200 ms.
+                delayed_ack: Some(Duration::from_millis(1)),
                 ..TcpConfig::default()
             },
             linger: Duration::from_secs(2),

@@ -20,7 +20,7 @@
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace and
 //! an application on it), `exonet-inproc` (each application runs its own
 //! multiplexer on its end of the pair), `exonet-inproc-busy` (the same,
-//! spinning 200 µs before a wait sleeps; round trips only), and Linux's
+//! spinning 200 µs before a wait sleeps), and Linux's
 //! kernel TCP: `linux` (sleeping), `linux-busy` (non-blocking, spun on;
 //! round trips only). For throughput Linux runs twice, `linux-offload` with
 //! the veth's segmentation offloads on (its default: TSO, GSO and GRO move
@@ -177,13 +177,14 @@ fn systems(case: &str) -> &'static [&'static str] {
         ],
         TPUT | BULK => &[
             "exonet-inproc",
+            "exonet-inproc-busy",
             "exonet",
             "linux-offload",
             "linux-no-offload",
         ],
         LOSS => &["exonet-cubic", "exonet-newreno", "exonet-nosack"],
         MEMWIRE | CPS_MEMWIRE => &["exonet"],
-        _ => &["exonet-inproc", "exonet", "linux"],
+        _ => &["exonet-inproc", "exonet-inproc-busy", "exonet", "linux"],
     }
 }
 
@@ -229,7 +230,7 @@ pub fn run(args: &TcpArgs) -> ExitCode {
         });
     }
     for case in [TPUT, BULK] {
-        for system in ["exonet-inproc", "exonet"] {
+        for system in ["exonet-inproc", "exonet-inproc-busy", "exonet"] {
             goal(
                 &mut rep,
                 case,
@@ -250,7 +251,7 @@ pub fn run(args: &TcpArgs) -> ExitCode {
             );
         }
     }
-    for system in ["exonet-inproc", "exonet"] {
+    for system in ["exonet-inproc", "exonet-inproc-busy", "exonet"] {
         goal(&mut rep, CPS, "cps", system, "linux", "at least 1x", |r| {
             r >= 1.0
         });
