@@ -118,3 +118,44 @@ pub fn connections(config: &StackConfig, count: u64, size: usize) -> Result<f64,
         .map_err(|_| Fail::Error("the server panicked".into()))??;
     Ok(count as f64 / secs)
 }
+
+/// Round trips of a `size`-byte message over one connection (TCP_NODELAY):
+/// the median and 99th percentile in microseconds, of `count` after a warm-up
+/// of a tenth as many.
+pub fn round_trips(config: &StackConfig, count: usize, size: usize) -> Result<[f64; 2], Fail> {
+    let (sa, sb) = lossy_pair(config, Faults::default(), 1).map_err(error("memwire pair"))?;
+    let listener = TcpListener::bind(&sb, (B, PORT)).map_err(error("listen"))?;
+    listener
+        .set_accept_timeout(Some(PATIENCE))
+        .map_err(error("accept timeout"))?;
+    let echo = thread::spawn(move || -> Result<(), Fail> {
+        let (mut s, _) = listener.accept().map_err(error("accept"))?;
+        s.set_nodelay(true).map_err(error("nodelay"))?;
+        s.set_read_timeout(Some(PATIENCE))
+            .map_err(error("timeout"))?;
+        let mut buf = vec![0u8; size];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&buf).map_err(error("echo"))?;
+        }
+        Ok(())
+    });
+    let mut c = TcpStream::connect_timeout(&sa, (B, PORT), PATIENCE).map_err(error("connect"))?;
+    c.set_nodelay(true).map_err(error("nodelay"))?;
+    c.set_read_timeout(Some(PATIENCE))
+        .map_err(error("timeout"))?;
+    let mut msg = vec![0x5au8; size];
+    let mut rtts = Vec::with_capacity(count);
+    for i in 0..count + count / 10 {
+        let t = Instant::now();
+        c.write_all(&msg).map_err(error("send"))?;
+        c.read_exact(&mut msg).map_err(error("echo"))?;
+        if i >= count / 10 {
+            rtts.push(t.elapsed().as_nanos() as f64 / 1e3);
+        }
+    }
+    drop(c);
+    echo.join()
+        .map_err(|_| Fail::Error("the echo thread panicked".into()))??;
+    let p99 = crate::bench::measure::percentile(&mut rtts, 99.0);
+    Ok([crate::bench::measure::median(rtts), p99])
+}

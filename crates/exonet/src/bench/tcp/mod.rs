@@ -35,7 +35,8 @@
 //! and segments retransmitted), for CUBIC with SACK (`exonet-cubic`, the
 //! default), NewReno with SACK (`exonet-newreno`) and CUBIC without SACK
 //! (`exonet-nosack`); `tcp-cps-memwire`, connections per second
-//! as `tcp-cps-veth` makes them.
+//! as `tcp-cps-veth` makes them; `tcp-rtt-memwire`, 4-byte round trips
+//! (sleeping and busy).
 //!
 //! Goals: round trip at most 0.8× Linux's; throughput at least Linux's
 //! without offloads and half of Linux's with them; connection rate at least
@@ -75,7 +76,17 @@ const CPS: &str = "tcp-cps-veth";
 const MEMWIRE: &str = "tcp-tput-memwire";
 const LOSS: &str = "tcp-loss-memwire";
 const CPS_MEMWIRE: &str = "tcp-cps-memwire";
-const CASES: [&str; 7] = [RTT, TPUT, BULK, CPS, MEMWIRE, LOSS, CPS_MEMWIRE];
+const RTT_MEMWIRE: &str = "tcp-rtt-memwire";
+const CASES: [&str; 8] = [
+    RTT,
+    TPUT,
+    BULK,
+    CPS,
+    RTT_MEMWIRE,
+    MEMWIRE,
+    LOSS,
+    CPS_MEMWIRE,
+];
 /// In the order of the table's columns.
 const SYSTEMS: [&str; 10] = [
     "exonet",
@@ -159,7 +170,7 @@ impl Job {
 
 fn metrics(case: &str) -> &'static [&'static str] {
     match case {
-        RTT => &["us_rtt", "us_rtt_p99"],
+        RTT | RTT_MEMWIRE => &["us_rtt", "us_rtt_p99"],
         CPS | CPS_MEMWIRE => &["cps"],
         MEMWIRE | LOSS => &["gbps", "retransmitted", "timeouts"],
         _ => &["gbps"],
@@ -184,6 +195,7 @@ fn systems(case: &str) -> &'static [&'static str] {
         ],
         LOSS => &["exonet-cubic", "exonet-newreno", "exonet-nosack"],
         MEMWIRE | CPS_MEMWIRE => &["exonet"],
+        RTT_MEMWIRE => &["exonet-inproc", "exonet-inproc-busy"],
         _ => &["exonet-inproc", "exonet-inproc-busy", "exonet", "linux"],
     }
 }
@@ -315,7 +327,13 @@ fn in_memory(case: &str, quick: bool, rep: &mut Reporter) {
             "exonet-nosack" => config.tcp.sack = false,
             _ => {}
         }
-        let r = if case == CPS_MEMWIRE {
+        if system == "exonet-inproc-busy" {
+            config.busy_poll = Duration::from_micros(200);
+        }
+        let r = if case == RTT_MEMWIRE {
+            let count = if quick { 2_000 } else { 20_000 };
+            memwire::round_trips(&config, count, RTT_SIZE).map(Vec::from)
+        } else if case == CPS_MEMWIRE {
             let count = if quick { 2_000 } else { 20_000 };
             memwire::connections(&config, count, REQUEST_SIZE).map(|c| vec![c])
         } else {
