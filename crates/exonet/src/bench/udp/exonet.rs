@@ -7,7 +7,7 @@
 use std::io::ErrorKind;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use exonet_mux::{InProcess, Mux, MuxConfig};
 use exonet_stack::{Stack, StackConfig, UdpSocket};
@@ -117,18 +117,20 @@ impl Datagrams for ExonetSocket {
         // the datagram itself was not sent. A peer still starting may not
         // answer ARP yet (in process, its multiplexer runs only once its
         // socket waits).
-        for _ in 0..4 {
+        // Refusals of earlier probes may still be on their way in while the
+        // peer starts: each is reported once, so go on for a while.
+        let start = Instant::now();
+        loop {
             match self.sock.send(buf) {
                 Ok(_) => return Ok(()),
                 Err(e)
                     if matches!(
                         e.kind(),
                         ErrorKind::ConnectionRefused | ErrorKind::HostUnreachable
-                    ) => {}
+                    ) && start.elapsed() < PATIENCE => {}
                 Err(e) => return Err(error("send")(e)),
             }
         }
-        Err(Fail::Error("send: refused or unresolved four times".into()))
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Fail> {
