@@ -365,7 +365,25 @@ impl TimeWaits {
         }
     }
 
-    /// What a segment to a held connection draws; `None` if it is
+    /// A new connection's SYN for held `filter` that may end the hold: RFC
+    /// 1122 §4.2.2.13 (as RFC 6191 falls back to without timestamps, which
+    /// the multiplexer does not track) lets a SYN whose sequence number is
+    /// beyond the old connection's reopen the 4-tuple, so a client that
+    /// reuses its port at once is not refused for 2×MSL. Returns the hold,
+    /// taken out, for the caller to release and deliver the SYN.
+    pub fn reopen(&mut self, filter: u32, frame: &[u8]) -> Option<(u32, Tuple)> {
+        let h = self.held.get(&filter)?;
+        let tcp = checked_tcp(frame)?;
+        let syn_only = tcp.flags() & (flags::SYN | flags::ACK | flags::RST) == flags::SYN;
+        // Beyond the old sequence space: at or after RCV.NXT of the old one.
+        let beyond = tcp.seq_number() == h.ack || after(tcp.seq_number(), h.ack);
+        if !(syn_only && beyond) {
+            return None;
+        }
+        self.remove(filter)
+    }
+
+    /// What a readable segment to a held connection draws; `None` if it is
     /// unreadable or corrupt.
     fn answer(
         &mut self,
@@ -375,19 +393,8 @@ impl TimeWaits {
         time_wait: Duration,
     ) -> Option<Answer> {
         let h = self.held.get_mut(&filter)?;
-        // Answered by the multiplexer itself, rarely: checked in full.
-        let eth = EthernetFrame::new_checked(frame).ok()?;
-        if eth.ethertype() != ethertype::IPV4 || !eth.src_addr().is_unicast() {
-            return None;
-        }
-        let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
-        if !ip.verify_checksum() || ip.more_frags() || ip.frag_offset() != 0 {
-            return None;
-        }
-        let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
-        if !tcp.verify_checksum(ip.src_addr(), ip.dst_addr()) {
-            return None;
-        }
+        let tcp = checked_tcp(frame)?;
+        let to = EthernetFrame::new_checked(frame).ok()?.src_addr();
         if tcp.rst() {
             return Some(Answer::RstIgnored);
         }
@@ -403,12 +410,31 @@ impl TimeWaits {
             self.by_deadline.insert((h.until, h.order), filter);
         }
         Some(Answer::Ack {
-            to: eth.src_addr(),
+            to,
             tuple: h.tuple,
             seq: h.seq,
             ack: h.ack,
         })
     }
+}
+
+/// The TCP segment of a frame to a held connection, checked in full (the
+/// multiplexer answers these itself, rarely): unicast Ethernet, IPv4 with a
+/// good checksum and no fragmenting, TCP with a good checksum.
+fn checked_tcp(frame: &[u8]) -> Option<TcpPacket<&[u8]>> {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != ethertype::IPV4 || !eth.src_addr().is_unicast() {
+        return None;
+    }
+    let ip = Ipv4Packet::new_checked(&frame[14..]).ok()?;
+    if !ip.verify_checksum() || ip.more_frags() || ip.frag_offset() != 0 {
+        return None;
+    }
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let header = ip.header_len();
+    let total = usize::from(ip.total_len());
+    let tcp = TcpPacket::new_checked(&frame[14 + header..14 + total]).ok()?;
+    tcp.verify_checksum(src, dst).then_some(tcp)
 }
 
 /// What a readable segment to a held connection draws.

@@ -130,6 +130,8 @@ pub struct HostStats {
     pub time_wait_acks: u64,
     /// RSTs to held connections, ignored (RFC 1337).
     pub time_wait_rst_ignored: u64,
+    /// Holds ended early by a new connection's SYN (RFC 1122 §4.2.2.13).
+    pub time_wait_reused: u64,
     /// Held connections whose 2×MSL ran out.
     pub time_wait_expired: u64,
     /// Held connections dropped early to stay within
@@ -167,6 +169,7 @@ impl HostStats {
             ("time_wait_held", self.time_wait_held),
             ("time_wait_acks", self.time_wait_acks),
             ("time_wait_rst_ignored", self.time_wait_rst_ignored),
+            ("time_wait_reused", self.time_wait_reused),
             ("time_wait_expired", self.time_wait_expired),
             ("time_wait_evicted", self.time_wait_evicted),
             ("time_wait_now", self.time_wait_now),

@@ -1183,9 +1183,28 @@ impl Mux {
                     // A filter without a channel: a connection the
                     // multiplexer holds in TIME-WAIT.
                     if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
-                        let span = self.time_wait_span();
-                        self.time_wait
-                            .on_segment(c, frame, clock, span, &mut self.host);
+                        if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
+                            // As release_time_wait, field by field: the
+                            // frame borrows the receive arena.
+                            let _ = self.dpf.delete(FilterId(filter));
+                            self.ports.unhold(Proto::Tcp, t.local.1);
+                            self.host.stats.time_wait_reused += 1;
+                            // The SYN goes where it would have without the
+                            // hold: a listener, or the host's RST.
+                            let again = self.dpf.demux(frame).map(|f| f.0);
+                            let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
+                            let taken = again.and_then(|c| {
+                                to_channel(channels, endpoints, free_retries, c, frame, &[], clock)
+                            });
+                            if taken.is_none() {
+                                self.rx_unmatched += 1;
+                                self.host.on_unmatched(frame, clock);
+                            }
+                        } else {
+                            let span = self.time_wait_span();
+                            self.time_wait
+                                .on_segment(c, frame, clock, span, &mut self.host);
+                        }
                     } else {
                         if to == To::Host {
                             for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {

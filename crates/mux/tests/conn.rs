@@ -363,9 +363,9 @@ fn time_wait_is_held_then_expires() {
     let got = n.peer_alone(port, ACK, IRS + 5, ISS + 7);
     assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
     assert!(drain_rx(&mut b.app).is_empty());
-    // A SYN on the old 4-tuple draws an ACK (RFC 9293 §3.10.7.4); one from
-    // another peer port reaches the listener.
-    let got = n.peer_alone(port, SYN, 9000, 0);
+    // A SYN on the old 4-tuple inside the old sequence space draws an ACK
+    // (RFC 9293 §3.10.7.4); one from another peer port reaches the listener.
+    let got = n.peer_alone(port, SYN, IRS + 2, 0);
     assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
     assert!(drain_rx(&mut b.app).is_empty());
     let f = build::tcp_frame(
@@ -401,6 +401,44 @@ fn time_wait_is_held_then_expires() {
     n.mux.unbind_channel(again).unwrap();
     n.mux.unbind_channel(listener).unwrap();
     assert_eq!(n.mux.ports_of(b.ep), vec![]);
+}
+
+#[test]
+fn a_new_syn_beyond_the_old_sequence_space_reopens_the_4_tuple() {
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (ch, port) = n.connect(&a, 0, PEER_PORT);
+    n.establish(&mut a, ch, port);
+    n.close_first(&mut a, ch, port);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    let mut b = n.app();
+    let (listener, _) = n.mux.bind_socket(b.ep, tcp(port, None)).unwrap();
+    // RFC 1122 §4.2.2.13: the client reuses its port at once, with an ISN
+    // beyond the old connection's: the hold ends and the listener gets it.
+    let f = build::tcp_frame(
+        PEER_MAC,
+        HOST_MAC,
+        PEER,
+        HOST,
+        PEER_PORT,
+        port,
+        SYN,
+        IRS + 100_000,
+        0,
+        &[],
+        &[],
+    );
+    n.wire.send_batch(&[&f]).unwrap();
+    n.mux.poll_rx().unwrap();
+    let rx = drain_rx(&mut b.app);
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx[0].0, listener.0);
+    assert!(n.on_wire().is_empty(), "no ACK from the old connection");
+    let host = n.mux.stats().host;
+    assert_eq!((host.time_wait_reused, host.time_wait_now), (1, 0));
+    // The 4-tuple binds again.
+    let (again, _) = n.connect(&b, port, PEER_PORT);
+    n.mux.unbind_channel(again).unwrap();
 }
 
 #[test]
