@@ -23,7 +23,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -112,6 +112,25 @@ pub(crate) struct Shared {
     busy_poll: Duration,
     /// The keeper thread runs (see [`Shared::start_keeper`]).
     keeper: AtomicBool,
+    /// Threads in [`Shared::wait_for`]: they pump (or sleep until their frames
+    /// or timers), so the keeper keeps off the lock.
+    waiting: AtomicUsize,
+}
+
+/// Counts a thread in [`Shared::wait_for`] while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(n: &'a AtomicUsize) -> Waiting<'a> {
+        n.fetch_add(1, Ordering::Relaxed);
+        Waiting(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How often the keeper looks at a stack no application thread is in.
@@ -158,6 +177,7 @@ impl Stack {
                 hangup,
                 busy_poll: config.busy_poll,
                 keeper: AtomicBool::new(false),
+                waiting: AtomicUsize::new(0),
             }),
         })
     }
@@ -370,6 +390,11 @@ impl Shared {
 
     /// One look of the keeper.
     fn keep_once(&self) {
+        // Not even a try of the lock while an application thread waits in the
+        // stack: a busy-polling one would stall on it now and then.
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            return;
+        }
         let Ok(g) = self.inner.try_lock() else {
             return;
         };
@@ -404,6 +429,7 @@ impl Shared {
         mut ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let spin_until = Instant::now() + self.busy_poll;
+        let _waiting = Waiting::enter(&self.waiting);
         self.drive()?;
         let mut g = self.lock();
         loop {
