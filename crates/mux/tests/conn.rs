@@ -42,6 +42,23 @@ struct Wire {
     ack: u32,
 }
 
+/// A segment from the peer's port `from` to our `port`, without options.
+fn from_peer(from: u16, port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
+    build::tcp_frame(
+        PEER_MAC,
+        HOST_MAC,
+        PEER,
+        HOST,
+        from,
+        port,
+        fl,
+        seq,
+        ack,
+        &[],
+        data,
+    )
+}
+
 /// Reads a segment, checking both checksums.
 fn read(f: &[u8]) -> Wire {
     let ip = Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
@@ -160,19 +177,7 @@ impl Net {
     /// The peer sends a segment to `port`; it returns what the endpoint
     /// got.
     fn peer(&mut self, a: &mut App, port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> usize {
-        let f = build::tcp_frame(
-            PEER_MAC,
-            HOST_MAC,
-            PEER,
-            HOST,
-            PEER_PORT,
-            port,
-            fl,
-            seq,
-            ack,
-            &[],
-            data,
-        );
+        let f = from_peer(PEER_PORT, port, fl, seq, ack, data);
         self.wire.send_batch(&[&f]).unwrap();
         self.mux.poll_rx().unwrap();
         drain_rx(&mut a.app).len()
@@ -180,19 +185,7 @@ impl Net {
 
     /// The peer sends with nobody to read it but the multiplexer.
     fn peer_alone(&mut self, port: u16, fl: u8, seq: u32, ack: u32) -> Vec<Wire> {
-        let f = build::tcp_frame(
-            PEER_MAC,
-            HOST_MAC,
-            PEER,
-            HOST,
-            PEER_PORT,
-            port,
-            fl,
-            seq,
-            ack,
-            &[],
-            &[],
-        );
+        let f = from_peer(PEER_PORT, port, fl, seq, ack, &[]);
         self.wire.send_batch(&[&f]).unwrap();
         self.mux.poll_rx().unwrap();
         drain_wire(&mut self.wire).iter().map(|f| read(f)).collect()
@@ -368,19 +361,7 @@ fn time_wait_is_held_then_expires() {
     let got = n.peer_alone(port, SYN, IRS + 2, 0);
     assert_eq!(got, vec![ack_from(port, ISS + 7, IRS + 5)]);
     assert!(drain_rx(&mut b.app).is_empty());
-    let f = build::tcp_frame(
-        PEER_MAC,
-        HOST_MAC,
-        PEER,
-        HOST,
-        PEER_PORT + 2,
-        port,
-        SYN,
-        9000,
-        0,
-        &[],
-        &[],
-    );
+    let f = from_peer(PEER_PORT + 2, port, SYN, 9000, 0, &[]);
     n.wire.send_batch(&[&f]).unwrap();
     n.mux.poll_rx().unwrap();
     let rx = drain_rx(&mut b.app);
@@ -415,19 +396,7 @@ fn a_new_syn_beyond_the_old_sequence_space_reopens_the_4_tuple() {
     let (listener, _) = n.mux.bind_socket(b.ep, tcp(port, None)).unwrap();
     // RFC 1122 §4.2.2.13: the client reuses its port at once, with an ISN
     // beyond the old connection's: the hold ends and the listener gets it.
-    let f = build::tcp_frame(
-        PEER_MAC,
-        HOST_MAC,
-        PEER,
-        HOST,
-        PEER_PORT,
-        port,
-        SYN,
-        IRS + 100_000,
-        0,
-        &[],
-        &[],
-    );
+    let f = from_peer(PEER_PORT, port, SYN, IRS + 100_000, 0, &[]);
     n.wire.send_batch(&[&f]).unwrap();
     n.mux.poll_rx().unwrap();
     let rx = drain_rx(&mut b.app);
@@ -588,19 +557,7 @@ fn malformed_segments_are_counted() {
     n.send_raw(&mut a, ch, &short);
     assert_eq!(drain_wire(&mut n.wire).len(), 3);
     // From the peer: a data offset beyond the segment.
-    let mut bad = build::tcp_frame(
-        PEER_MAC,
-        HOST_MAC,
-        PEER,
-        HOST,
-        PEER_PORT,
-        port,
-        FIN | ACK,
-        IRS + 4,
-        ISS + 6,
-        &[],
-        &[],
-    );
+    let mut bad = from_peer(PEER_PORT, port, FIN | ACK, IRS + 4, ISS + 6, &[]);
     bad[14 + 20 + 12] = 0xf0;
     n.wire.send_batch(&[&bad]).unwrap();
     n.mux.poll_rx().unwrap();

@@ -183,6 +183,15 @@ impl Reporter {
         }
     }
 
+    /// The suite's exit status: failure if any system reported an error.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        if self.failed() {
+            std::process::ExitCode::FAILURE
+        } else {
+            std::process::ExitCode::SUCCESS
+        }
+    }
+
     /// A progress note on stderr, unless `--json-only`.
     pub fn progress(&self, msg: &str) {
         if !self.json_only {

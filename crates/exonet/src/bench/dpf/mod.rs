@@ -157,11 +157,7 @@ pub fn run(args: &DpfArgs) -> ExitCode {
         &SYSTEMS,
         BASELINE,
     );
-    if rep.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    rep.exit_code()
 }
 
 /// What a classifier that returns at once measures, in process and in the

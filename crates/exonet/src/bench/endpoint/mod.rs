@@ -137,11 +137,7 @@ pub fn run(args: &EndpointArgs) -> ExitCode {
         &veth::SYSTEMS.map(veth::System::name),
         "exonet-afxdp",
     );
-    if rep.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    rep.exit_code()
 }
 
 /// The suite's roles of `exonet bench-child` (see [`crate::bench::child`]).

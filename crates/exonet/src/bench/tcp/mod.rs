@@ -277,11 +277,7 @@ pub fn run(args: &TcpArgs) -> ExitCode {
         &SYSTEMS,
         "exonet",
     );
-    if rep.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    rep.exit_code()
 }
 
 /// A footer line: `system`'s `metric` over `peer`'s in `case`, against the

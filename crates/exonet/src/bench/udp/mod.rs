@@ -184,11 +184,7 @@ pub fn run(args: &UdpArgs) -> ExitCode {
         &SYSTEMS,
         "exonet",
     );
-    if rep.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    rep.exit_code()
 }
 
 /// Footer lines: each exonet system's `metric` over Linux's in `case`,
