@@ -185,3 +185,44 @@ fn poll_over_streams() {
     assert_eq!(info.state, exonet_stack::tcp::TcpState::Established);
     assert!(info.srtt.is_some());
 }
+
+#[test]
+fn keepalive_keeps_an_idle_connection_and_finds_a_vanished_peer() {
+    let exonet::hosts::TwoHosts { a, b } = two_hosts("tcp-keepalive").unwrap();
+    let (sa, sb) = (stack(&a), stack(&b));
+    let l = TcpListener::bind(&sb, (B, 7100)).unwrap();
+    let mut c = TcpStream::connect(&sa, (B, 7100)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    // The server waits in a read, which answers the probes.
+    let server = thread::spawn(move || {
+        let mut r: &TcpStream = &s;
+        r.set_read_timeout(T).unwrap();
+        let mut buf = [0u8; 8];
+        let _ = r.read(&mut buf);
+    });
+    let ka = exonet_stack::tcp::Keepalive {
+        idle: Duration::from_millis(150),
+        interval: Duration::from_millis(100),
+        probes: 3,
+    };
+    c.set_keepalive(Some(ka)).unwrap();
+    assert_eq!(c.keepalive().unwrap(), Some(ka));
+    let before = c.info().unwrap().stats.segments_sent;
+    thread::sleep(Duration::from_millis(700));
+    let info = c.info().unwrap();
+    assert_eq!(info.state, exonet_stack::tcp::TcpState::Established);
+    assert!(
+        info.stats.segments_sent >= before + 3,
+        "probes went out: {before} -> {}",
+        info.stats.segments_sent
+    );
+    // The peer's host goes away without a word: the unanswered probes end
+    // the connection (RFC 1122 §4.2.3.6).
+    b.stop().unwrap();
+    c.set_read_timeout(T).unwrap();
+    let mut buf = [0u8; 8];
+    let e = c.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    drop(server);
+    drop(a);
+}

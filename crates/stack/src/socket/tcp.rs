@@ -237,7 +237,7 @@ impl TcpStream {
     /// TCP_NODELAY: with it, small writes go at once instead of waiting for the
     /// ACK of what is in flight (Nagle's algorithm, RFC 9293 §3.7.4).
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
-        self.with_conn(|c| c.set_nagle(!on))
+        self.update_conn(|c| c.set_nagle(!on))
     }
 
     pub fn nodelay(&self) -> io::Result<bool> {
@@ -247,7 +247,7 @@ impl TcpStream {
     /// Keep-alive probing of an idle connection (RFC 1122 §4.2.3.6); `None`
     /// turns it off.
     pub fn set_keepalive(&self, keepalive: Option<Keepalive>) -> io::Result<()> {
-        self.with_conn(|c| c.set_keepalive(keepalive))
+        self.update_conn(|c| c.set_keepalive(keepalive))
     }
 
     pub fn keepalive(&self) -> io::Result<Option<Keepalive>> {
@@ -278,6 +278,20 @@ impl TcpStream {
 
     pub(crate) fn id(&self) -> usize {
         self.h.id()
+    }
+
+    /// Changes the connection, then lets it act on the change at once (a
+    /// timer to arm, data Nagle held back).
+    fn update_conn(&self, f: impl FnOnce(&mut crate::tcp::Connection)) -> io::Result<()> {
+        let shared = self.h.stack().shared();
+        {
+            let mut g = shared.lock();
+            let c = g.conn_mut(self.h.id()).ok_or(io::ErrorKind::NotConnected)?;
+            f(&mut c.conn);
+            g.tcp_touch(self.h.id());
+        }
+        shared.drive()?;
+        Ok(())
     }
 
     fn with_conn<R>(&self, f: impl FnOnce(&mut crate::tcp::Connection) -> R) -> io::Result<R> {

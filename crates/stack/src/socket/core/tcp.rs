@@ -497,6 +497,13 @@ impl Inner {
         }
     }
 
+    /// Lets connection `id` act on a change of its settings: sends what it
+    /// may send now and arms its timers.
+    pub fn tcp_touch(&mut self, id: usize) {
+        let now = self.now();
+        self.tcp_after(id, now);
+    }
+
     /// ABORT (RFC 9293 §3.10.5): a RST now, and the connection is gone.
     fn tcp_abort(&mut self, id: usize) {
         let now = self.now();
