@@ -45,6 +45,10 @@ const SACK_HISTORY: usize = 8;
 /// RFC 7323 §5.5: TS.Recent becomes invalid after 24 days without an update, the
 /// shortest time in which a 1 ms timestamp clock can move 2^31.
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+/// Added to 2·SRTT for the probe timeout (RFC 8985 §7.2) while more than one
+/// segment is in flight: room for the scheduling of the peer's ACKs, as Linux's
+/// TCP_TIMEOUT_MIN.
+const PTO_SLACK: Duration = Duration::from_millis(2);
 
 /// Settings of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +113,11 @@ pub struct TcpConfig {
     /// offer: SACK blocks for out-of-order data, and loss recovery by the
     /// scoreboard (RFC 6675) rather than NewReno's one hole per round trip.
     pub sack: bool,
+    /// Tail Loss Probe (RFC 8985 §7): when no ACK came for about two round trips,
+    /// send one segment (new data, or the last one again) so that its ACK shows
+    /// the losses at the tail of a flight to SACK or NewReno recovery instead of
+    /// leaving them to the retransmission timeout.
+    pub tail_loss_probe: bool,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -157,6 +166,7 @@ impl Default for TcpConfig {
             congestion: Congestion::Cubic,
             sack: true,
             header_prediction: true,
+            tail_loss_probe: true,
         }
     }
 }
@@ -228,6 +238,24 @@ pub struct TcpStats {
     pub sack_blocks_received: u64,
     /// SACK blocks ignored: outside SND.UNA..SND.MAX (stale, D-SACK or forged).
     pub sack_blocks_ignored: u64,
+    /// Tail loss probes sent (RFC 8985 §7.3).
+    pub tlp_probes: u64,
+    /// Losses the probe timer revealed (RFC 8985 §7.4): a probe's ACK started fast
+    /// recovery or acknowledged a retransmitted probe whose original had not
+    /// arrived, or the timer expired with SACKed data or in recovery and found the
+    /// holes (or retransmissions) below lost.
+    pub tlp_recoveries: u64,
+}
+
+/// A loss probe awaiting its ACK (RFC 8985 §7.3's TLP.end_seq and TLP.is_retrans).
+#[derive(Debug, Clone, Copy)]
+struct TlpEpisode {
+    /// SND.NXT after the probe.
+    end: SeqNum,
+    /// The probe sent old data again rather than new.
+    retrans: bool,
+    /// Our timestamp on the probe, to tell an echo of it from one of the original.
+    tsval: u32,
 }
 
 /// SACK blocks as (left, right) edges, the present ones first (RFC 2018 §3).
@@ -505,6 +533,16 @@ pub struct Connection {
     scoreboard: Vec<(SeqNum, SeqNum)>,
     /// RFC 6675's HighRxt, as the end of the highest retransmitted range.
     high_rxt: SeqNum,
+    /// The probe timer (RFC 8985 §7.2).
+    pto_deadline: Option<Time>,
+    /// The probe timer expired: the next segment is a probe (RFC 8985 §7.3).
+    tlp_pending: bool,
+    /// The probe sent and not yet acknowledged; at most one (RFC 8985 §7.3).
+    tlp: Option<TlpEpisode>,
+    /// Holes below this count as lost in recovery: they were last sent before a
+    /// probe that arrived, or before the probe timer expired (RFC 8985 §6.2's
+    /// rule for what we time this way; see [`Connection::on_pto`]).
+    tlp_lost_below: Option<SeqNum>,
     /// Start of the current one-second window of challenge ACKs, and how many went.
     challenge_window: (Time, u32),
     /// When the peer was last heard from, for keep-alive.
@@ -589,6 +627,10 @@ impl Connection {
             rexmit_pending: false,
             scoreboard: Vec::new(),
             high_rxt: iss,
+            pto_deadline: None,
+            tlp_pending: false,
+            tlp: None,
+            tlp_lost_below: None,
             challenge_window: (Time::ZERO, 0),
             last_heard: Time::ZERO,
             keepalive_probes: 0,
@@ -864,6 +906,7 @@ impl Connection {
         self.state = TcpState::Closed;
         self.error = error;
         self.rtx_deadline = None;
+        self.pto_deadline = None;
         self.ack_deadline = None;
         self.time_wait_deadline = None;
         self.ack_now = false;
@@ -872,6 +915,7 @@ impl Connection {
     fn enter_time_wait(&mut self, now: Time) {
         self.state = TcpState::TimeWait;
         self.rtx_deadline = None;
+        self.pto_deadline = None;
         self.time_wait_deadline = Some(now + 2 * self.config.msl);
     }
 
@@ -879,6 +923,7 @@ impl Connection {
     pub fn poll_timeout(&self) -> Option<Time> {
         [
             self.rtx_deadline,
+            self.pto_deadline,
             self.ack_deadline,
             self.time_wait_deadline,
             self.keepalive_deadline(),
@@ -901,6 +946,10 @@ impl Connection {
         if self.rtx_deadline.is_some_and(|t| t <= now) {
             self.rtx_deadline = None;
             self.on_rto(now);
+        }
+        if self.pto_deadline.is_some_and(|t| t <= now) {
+            self.pto_deadline = None;
+            self.on_pto(now);
         }
         if let (Some(t), Some(ka)) = (self.keepalive_deadline(), self.config.keepalive) {
             if t <= now {
@@ -962,6 +1011,11 @@ impl Connection {
         self.in_recovery = false;
         self.dup_acks = 0;
         self.rexmit_pending = false;
+        // RTO recovery replaces any probe (RFC 8985 §7.3).
+        self.pto_deadline = None;
+        self.tlp_pending = false;
+        self.tlp = None;
+        self.tlp_lost_below = None;
         // RFC 2018 §8: the receiver may have reneged, so what it held counts for
         // nothing; blocks arriving from now on still spare resending (RFC 6675 §5.1).
         self.scoreboard.clear();
@@ -1296,12 +1350,19 @@ impl Connection {
         if seg.ack > self.snd_una {
             let acked = seg.ack.distance_from(self.snd_una);
             self.dup_acks = 0;
-            if !self.in_recovery {
+            if self.tlp_repaired_loss(seg) {
+                // RFC 8985 §7.4.2: the probe repaired a loss, a congestion event:
+                // cwnd reduced as on entering fast recovery.
+                self.cc.enter_recovery(flight, false);
+            } else if !self.in_recovery {
                 let srtt = self.rtt.srtt().unwrap_or_default();
                 self.cc.on_ack(acked, now, srtt);
             } else if seg.ack >= self.recover {
                 // RFC 6582 §3.2 step 3, RFC 6675 §5 (A): a full ACK.
                 self.in_recovery = false;
+                // Which ends the probe timer's episode in it (see `on_pto`).
+                self.tlp = None;
+                self.tlp_lost_below = None;
                 self.cc.exit_recovery(flight - acked);
             } else if !self.sack_ok {
                 // RFC 6582 step 5: a partial ACK; the next hole is lost too. (With
@@ -1334,18 +1395,50 @@ impl Connection {
         // `recover`, so one loss event is not taken for several). RFC 6675 §5 (B)
         // enters as well once the scoreboard marks SND.UNA lost, as several
         // out-of-order segments may be answered by fewer duplicate ACKs.
+        // RFC 8985 §7.4 (with §6.2's rule): a duplicate ACK while a probe is out
+        // answers the probe, sent a PTO after everything before it, all of whose
+        // ACKs are in: what the peer lacks below the probe is lost. Without SACK
+        // this takes the one duplicate ACK the probe elicits.
+        let probe_answered = self.tlp.is_some();
         let lost = if self.sack_ok {
-            self.dup_acks >= DUP_THRESH || self.hole_lost(0)
+            self.dup_acks >= DUP_THRESH || self.hole_lost(0) || probe_answered
         } else {
-            self.dup_acks == DUP_THRESH
+            self.dup_acks == DUP_THRESH || probe_answered
         };
         if lost && self.snd_una > self.recover {
             self.in_recovery = true;
             self.recover = self.snd_max;
-            self.cc.enter_recovery(flight, !self.sack_ok);
+            // NewReno's inflation stands for three duplicate ACKs, not the probe's.
+            let inflate = !self.sack_ok && !probe_answered;
+            self.cc.enter_recovery(flight, inflate);
             self.high_rxt = self.snd_una;
             self.rexmit_pending = true;
+            // Recovery ends the probe's episode (RFC 8985 §7.4.2, as Linux).
+            if probe_answered {
+                self.stats.tlp_recoveries += 1;
+                self.tlp_lost_below = Some(self.snd_max);
+            }
+            self.tlp = None;
+            self.pto_deadline = None;
         }
+    }
+
+    /// RFC 8985 §7.4: an ACK at or beyond the probe ends its episode. True if the
+    /// probe was old data sent again and its original had been lost: §7.4.2 tells
+    /// by D-SACK, which we lack; timestamps tell instead (as Eifel detection, RFC
+    /// 3522), since an echo older than the probe's TSval answers the original.
+    /// Without them every acknowledged retransmitted probe counts as a repair.
+    fn tlp_repaired_loss(&mut self, seg: &Segment) -> bool {
+        let Some(tlp) = self.tlp.filter(|t| seg.ack >= t.end) else {
+            return false;
+        };
+        self.tlp = None;
+        let original_arrived = seg.ts.is_some_and(|(_, tsecr)| ts_before(tsecr, tlp.tsval));
+        let repaired = tlp.retrans && !original_arrived;
+        if repaired {
+            self.stats.tlp_recoveries += 1;
+        }
+        repaired
     }
 
     /// Merges the segment's SACK blocks into the scoreboard and returns how many
@@ -1400,7 +1493,10 @@ impl Connection {
         starts
             .zip(&self.scoreboard)
             .enumerate()
-            .map(|(i, (a, &(b, _)))| (a, b, self.hole_lost(i)))
+            .map(|(i, (a, &(b, _)))| {
+                let before_probe = self.tlp_lost_below.is_some_and(|end| b <= end);
+                (a, b, before_probe || self.hole_lost(i))
+            })
             .filter(|&(a, b, _)| a < b)
     }
 
@@ -1615,6 +1711,91 @@ impl Connection {
         self.probe = false;
         // RFC 6298 §5.2, §5.3.
         self.rtx_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
+        // RFC 8985 §7.2: restarted by an ACK of new data.
+        self.arm_pto(now);
+    }
+
+    /// The probe timer expired (RFC 8985 §7.3), nothing acknowledged for 2·SRTT.
+    /// With nothing SACKed and not in recovery, a probe goes out, then the RTO
+    /// waits behind it. Otherwise, where §7.2 arms no PTO because RACK (§6) would
+    /// find the losses, which is not here: every segment below the highest SACKed
+    /// byte was last sent more than a PTO ago, longer than RACK's RTT plus
+    /// reordering window (§6.2), and so is lost. Outside recovery that starts it
+    /// (once per window, RFC 6582 §3.2 step 2); in recovery the holes already
+    /// resent count as lost again (their retransmissions were), and NewReno resends
+    /// SND.UNA. Either way once per episode.
+    fn on_pto(&mut self, now: Time) {
+        if !self.pto_allowed() {
+            return;
+        }
+        if !self.in_recovery && self.scoreboard.is_empty() {
+            self.tlp_pending = true;
+            self.rtx_deadline = Some(now + self.rtt.rto());
+            return;
+        }
+        if !self.in_recovery {
+            if self.snd_una <= self.recover {
+                return;
+            }
+            let flight = self.snd_max.distance_from(self.snd_una);
+            self.in_recovery = true;
+            self.recover = self.snd_max;
+            self.cc.enter_recovery(flight, false);
+        }
+        self.stats.tlp_recoveries += 1;
+        self.high_rxt = self.snd_una;
+        self.rexmit_pending = !self.sack_ok || self.scoreboard.is_empty();
+        self.tlp_lost_below = self.scoreboard.last().map(|r| r.1);
+        self.tlp = Some(TlpEpisode {
+            end: self.snd_max,
+            retrans: false,
+            tsval: self.ts_now(now),
+        });
+    }
+
+    /// RFC 8985 §7.2's conditions for a probe timer: switched on, data in flight
+    /// and an RTT measured, no probe out, not going back after a timeout, and the
+    /// peer's window open (else the persist timer probes). Unlike §7.2, SACK is not
+    /// required (without it the probe still elicits a duplicate ACK), and the
+    /// timer runs with SACKed data and in recovery too ([`Connection::on_pto`]).
+    fn pto_allowed(&self) -> bool {
+        self.config.tail_loss_probe
+            && matches!(
+                self.state,
+                TcpState::Established
+                    | TcpState::CloseWait
+                    | TcpState::FinWait1
+                    | TcpState::Closing
+                    | TcpState::LastAck
+            )
+            && self.snd_una != self.snd_max
+            && self.rtt.srtt().is_some()
+            && self.tlp.is_none()
+            && self.snd_nxt == self.snd_max
+            && self.snd_wnd > 0
+    }
+
+    /// (Re)arms the probe timer if a probe is allowed (RFC 8985 §7.2): PTO = 2·SRTT
+    /// plus the peer's ACK delay, at most the RTO. §7.2 adds WCDelAckT = 200 ms
+    /// when one segment is in flight, for a peer that holds a lone segment's ACK
+    /// that long; on a LAN that leaves the probe no earlier than the RTO. We take
+    /// our own delayed-ACK bound ([`TcpConfig::delayed_ack`]) as the peer's, since
+    /// both ends of this stack are configured alike, and otherwise 2 ms. A peer
+    /// delaying longer draws a spurious probe: a segment, and a cwnd reduction
+    /// only if timestamps cannot show that the original arrived.
+    fn arm_pto(&mut self, now: Time) {
+        self.pto_deadline = None;
+        if !self.pto_allowed() {
+            return;
+        }
+        let Some(srtt) = self.rtt.srtt() else { return };
+        let flight = self.snd_max.distance_from(self.snd_una);
+        let ack_delay = if flight <= self.send_mss as u32 {
+            self.config.delayed_ack.unwrap_or_default().max(PTO_SLACK)
+        } else {
+            PTO_SLACK
+        };
+        self.pto_deadline = Some(now + (2 * srtt + ack_delay).min(self.rtt.rto()));
     }
 
     /// The window to advertise, capped by the buffer's free space.
@@ -1703,7 +1884,7 @@ impl Connection {
                 if self.snd_nxt > self.snd_una {
                     // Going back after a timeout sends it anyway.
                     let seq = self.snd_una;
-                    if let Some(n) = self.retransmit(buf, now, room.min(mss), seq) {
+                    if let Some(n) = self.fast_retransmit(buf, now, room.min(mss), seq) {
                         return Some(n);
                     }
                 }
@@ -1711,9 +1892,19 @@ impl Connection {
             if self.in_recovery && self.sack_ok {
                 return self.sack_recovery_transmit(now, buf, room.min(mss));
             }
+            if self.tlp_pending {
+                self.tlp_pending = false;
+                if self.pto_allowed() && !self.in_recovery && self.scoreboard.is_empty() {
+                    if let Some(n) = self.send_probe(now, buf, room, mss) {
+                        return Some(n);
+                    }
+                }
+            }
             self.skip_sacked();
             let cwnd_room = self.cwnd_room();
             if let Some(n) = self.send_data(now, buf, room, mss, cwnd_room) {
+                // RFC 8985 §7.2: restarted by sending new data.
+                self.arm_pto(now);
                 return Some(n);
             }
             // Nothing may go out while the peer's window is shut: probe it later.
@@ -1743,6 +1934,34 @@ impl Connection {
             return Some(self.emit(buf, now, self.snd_max, flags::ACK, 0..0));
         }
         None
+    }
+
+    /// RFC 8985 §7.3: the probe is a segment of new data if the peer's window
+    /// allows one (congestion control does not hold it back), else the last
+    /// segment sent again. SND.NXT then marks the end of the episode.
+    fn send_probe(&mut self, now: Time, buf: &mut [u8], room: usize, mss: usize) -> Option<usize> {
+        let tsval = self.ts_now(now);
+        let (n, retrans) = match self.send_data(now, buf, room, mss, u32::MAX) {
+            Some(n) => (n, false),
+            None => {
+                let data_end = self.send_base + self.send_buf.len() as u32;
+                let sent_end = if self.snd_max < data_end {
+                    self.snd_max
+                } else {
+                    data_end
+                };
+                let last =
+                    sent_end - (mss.min(room) as u32).min(sent_end.distance_from(self.snd_una));
+                (self.retransmit(buf, now, room.min(mss), last)?.0, true)
+            }
+        };
+        self.tlp = Some(TlpEpisode {
+            end: self.snd_nxt,
+            retrans,
+            tsval,
+        });
+        self.stats.tlp_probes += 1;
+        Some(n)
     }
 
     /// Bytes congestion control lets go beyond SND.NXT: the usable window of RFC
@@ -1793,13 +2012,13 @@ impl Connection {
         let free = self.cc.window().saturating_sub(self.pipe());
         if free >= self.send_mss as u32 {
             if let Some((seq, len)) = self.next_hole(false) {
-                return self.retransmit(buf, now, room.min(len as usize), seq);
+                return self.fast_retransmit(buf, now, room.min(len as usize), seq);
             }
             if let Some(n) = self.send_data(now, buf, room, room, free) {
                 return Some(n);
             }
             if let Some((seq, len)) = self.next_hole(true) {
-                return self.retransmit(buf, now, room.min(len as usize), seq);
+                return self.fast_retransmit(buf, now, room.min(len as usize), seq);
             }
         }
         self.pure_ack(now, buf)
@@ -1817,10 +2036,34 @@ impl Connection {
         }
     }
 
+    /// [`Connection::retransmit`] by loss recovery: RFC 5681 §3.2 step 3 and RFC
+    /// 6582 §3.2 step 5 at SND.UNA, or a hole RFC 6675's NextSeg picked, which
+    /// moves HighRxt.
+    fn fast_retransmit(
+        &mut self,
+        buf: &mut [u8],
+        now: Time,
+        max: usize,
+        seq: SeqNum,
+    ) -> Option<usize> {
+        let (n, end) = self.retransmit(buf, now, max, seq)?;
+        self.stats.fast_retransmits += 1;
+        self.high_rxt = self.high_rxt.max(end);
+        // The probe timer runs from the latest retransmission, so that on expiry
+        // every retransmission had longer than a round trip to be acknowledged.
+        self.arm_pto(now);
+        Some(n)
+    }
+
     /// Sends up to `max` bytes at `seq` again, below SND.MAX, leaving SND.NXT where
-    /// it is: RFC 5681 §3.2 step 3 and RFC 6582 §3.2 step 5 at SND.UNA, or a hole
-    /// RFC 6675's NextSeg picked.
-    fn retransmit(&mut self, buf: &mut [u8], now: Time, max: usize, seq: SeqNum) -> Option<usize> {
+    /// it is; returns the segment's length and the sequence number after it.
+    fn retransmit(
+        &mut self,
+        buf: &mut [u8],
+        now: Time,
+        max: usize,
+        seq: SeqNum,
+    ) -> Option<(usize, SeqNum)> {
         let offset = seq.diff(self.send_base).max(0) as usize;
         // Only what went out before: SND.MAX bounds the data.
         let sent = self.snd_max.distance_from(self.send_base) as usize;
@@ -1839,12 +2082,11 @@ impl Connection {
         // Karn: whatever was being timed may be this segment.
         self.rtt_sample = None;
         self.stats.retransmitted += 1;
-        self.stats.fast_retransmits += 1;
-        self.high_rxt = self.high_rxt.max(seq + len as u32 + u32::from(fin));
         if self.rtx_deadline.is_none() {
             self.rtx_deadline = Some(now + self.rtt.rto());
         }
-        Some(self.emit(buf, now, seq, f, offset..offset + len))
+        let n = self.emit(buf, now, seq, f, offset..offset + len);
+        Some((n, seq + len as u32 + u32::from(fin)))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or

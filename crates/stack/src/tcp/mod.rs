@@ -27,8 +27,20 @@
 //! path for pure ACKs and in-order data in ESTABLISHED, checked against the general
 //! path by a property test.
 //!
-//! Not yet: RFC 6675's optional rescue retransmission, detection of lost
-//! retransmissions (RACK, RFC 8985), D-SACK (RFC 2883), HyStart, and sending from
+//! Tail Loss Probe (RFC 8985 §7, [`TcpConfig::tail_loss_probe`]): when no ACK came
+//! for PTO = 2·SRTT plus the peer's ACK delay (our own delayed-ACK bound, at least
+//! 2 ms, where §7.2 takes 200 ms for a lone segment), one probe (new data, or the
+//! last segment again) whose ACK, a SACK or duplicate ACK, starts fast recovery
+//! for the losses below it, or whose full ACK repairs a single tail loss with
+//! cwnd reduced as for fast recovery (timestamps, in place of D-SACK, spare that
+//! when the original had arrived). Where §7.2 arms no probe and leaves the losses
+//! to RACK (SACKed data, recovery), the same timer stands in for RACK's: on expiry
+//! the holes below SACKed data, retransmissions included, count as lost. Without
+//! SACK the probe still draws a duplicate ACK for NewReno.
+//!
+//! Not yet: RFC 6675's optional rescue retransmission, RACK's time-based loss
+//! detection (RFC 8985 §6: per-segment send times, the reordering window, its
+//! timer), D-SACK (RFC 2883), HyStart, and sending from
 //! buffers in the endpoint's segment (the send buffer is private memory, so each
 //! transmission copies the data into a frame). The sockets over the multiplexer
 //! are in [`crate::socket`]. Of RFC 7323, a non-RST segment without timestamps on a

@@ -840,9 +840,11 @@ fn syn_retransmission_backoff_then_timeout() {
 
 #[test]
 fn data_retransmission_backoff_then_timeout() {
+    // The timer alone: no tail loss probe ahead of it.
     let cfg = TcpConfig {
         max_rto: secs(10),
         max_retransmissions: 5,
+        tail_loss_probe: false,
         ..TcpConfig::default()
     };
     let mut n = established_pair(cfg.clone(), cfg);
@@ -952,11 +954,13 @@ fn mss_option_and_clamping() {
 
 #[test]
 fn delayed_ack() {
+    // Alike on both ends, so that the sender's probe timeout waits for the delayed
+    // ACK of a lone segment (RFC 8985 §7.2's WCDelAckT).
     let b = TcpConfig {
         delayed_ack: Some(ms(100)),
         ..fast_config()
     };
-    let mut n = established_pair(fast_config(), b);
+    let mut n = established_pair(b.clone(), b);
     // One segment: acknowledged when the delay runs out.
     n.apps[0].out = pattern(100, 0);
     n.step();
@@ -987,8 +991,12 @@ fn delayed_ack() {
         delayed_ack: Some(secs(1)),
         ..fast_config()
     };
-    // (The sender's RTO of 1 s outlasts the delay.)
-    let mut n = established_pair(TcpConfig::default(), slow);
+    // (The sender's RTO of 1 s outlasts the delay; a probe would not.)
+    let sender = TcpConfig {
+        tail_loss_probe: false,
+        ..TcpConfig::default()
+    };
+    let mut n = established_pair(sender, slow);
     n.apps[0].out = pattern(100, 0);
     n.step();
     n.run_until(n.now + secs(2), |n| {
@@ -1080,6 +1088,7 @@ fn karn_takes_no_sample_from_retransmitted_data() {
     // `timestamps_time_retransmitted_segments`).
     let cfg = TcpConfig {
         timestamps: false,
+        tail_loss_probe: false,
         ..fast_config()
     };
     let mut n = established_pair(cfg.clone(), cfg);
@@ -1831,7 +1840,11 @@ fn timestamp_negotiation_on_off_and_one_sided() {
 
 #[test]
 fn timestamps_time_retransmitted_segments() {
-    let mut n = established_pair(fast_config(), fast_config());
+    let cfg = TcpConfig {
+        tail_loss_probe: false,
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
     assert_eq!(n.conn(0).srtt(), Some(ms(10)));
     let samples = n.conn(0).stats().ts_rtt_samples;
     let mut dropped = false;
@@ -2394,8 +2407,14 @@ fn burst_losses(cfg: TcpConfig) -> Net {
 
 #[test]
 fn sack_resends_less_than_newreno_after_losses_in_one_window() {
-    let sack = burst_losses(TcpConfig::default());
-    let newreno = burst_losses(no_sack());
+    // The RTO repairs the lost retransmission here (see
+    // `probe_timer_repairs_a_lost_retransmission` for the probe timer).
+    let off = |cfg| TcpConfig {
+        tail_loss_probe: false,
+        ..cfg
+    };
+    let sack = burst_losses(off(TcpConfig::default()));
+    let newreno = burst_losses(off(no_sack()));
     let mss = sack.conn(0).send_mss();
     // SACK: the five holes, then 34 again after its retransmission was lost too
     // (a timeout; RFC 6675 does not detect lost retransmissions).
@@ -2407,6 +2426,28 @@ fn sack_resends_less_than_newreno_after_losses_in_one_window() {
     assert!(nr >= 9 * mss, "{nr} vs {}", 6 * mss);
     assert_eq!(newreno.conn(0).stats().timeouts, 1);
     assert_eq!(sack.conn(0).stats().timeouts, 1);
+}
+
+#[test]
+fn probe_timer_repairs_a_lost_retransmission() {
+    for cfg in [TcpConfig::default(), no_sack()] {
+        let n = burst_losses(cfg.clone());
+        let st = n.conn(0).stats();
+        // No ACK of new data for a PTO after the last retransmission: the one of
+        // 34 was lost, and goes again (RFC 8985 §7 in place of RACK's detection),
+        // long before the 1 s RTO. Nothing else is sent twice.
+        assert_eq!((st.timeouts, st.tlp_recoveries), (0, 1), "{st:?}");
+        assert_eq!(resent_bytes(&n), 6 * n.conn(0).send_mss());
+        let data = data_from_a(&n);
+        let span = data.last().unwrap().0.saturating_duration_since(data[0].0);
+        assert!(span < ms(200), "{span:?}");
+        let off = burst_losses(TcpConfig {
+            tail_loss_probe: false,
+            ..cfg
+        });
+        let data = data_from_a(&off);
+        assert!(data.last().unwrap().0.saturating_duration_since(data[0].0) > secs(1));
+    }
 }
 
 #[test]
@@ -2481,4 +2522,172 @@ fn cubic_window_follows_the_curve_after_a_loss() {
     };
     assert!((at(k) - w_max).abs() < 0.05 * w_max);
     assert!(at(1.7 * k) > 1.1 * w_max);
+}
+
+/// End 0 sends 30 segments over the 10 ms round trip of [`established_pair`]; the
+/// first transmissions of the segments with these indices are lost. Returns the
+/// network once everything arrived.
+fn tail_losses(cfg: TcpConfig, losses: &'static [u32]) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    let first = last_from(&n, 0).seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let mut dropped = Vec::new();
+    n.pass = Box::new(move |s| {
+        let index = s.seq.wrapping_sub(first) / mss;
+        let drop = s.from == 0 && s.len > 0 && losses.contains(&index) && !dropped.contains(&index);
+        if drop {
+            dropped.push(index);
+        }
+        !drop
+    });
+    let size = 30 * mss as usize;
+    n.apps[0].out = pattern(size, 0);
+    n.step();
+    assert!(
+        n.run_until(n.now + secs(10), |n| n.apps[1].got.len() == size
+            && n.conn(0).send_queue_len() == 0)
+    );
+    assert!(n.apps[1].got == n.apps[0].out);
+    n
+}
+
+/// The four ways of [`tail_losses`]: SACK and timestamps on and off.
+fn tlp_configs() -> Vec<TcpConfig> {
+    let mut out = vec![];
+    for sack in [true, false] {
+        for timestamps in [true, false] {
+            out.push(TcpConfig {
+                sack,
+                timestamps,
+                ..fast_config()
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn tail_loss_probe_repairs_a_lost_last_segment() {
+    for cfg in tlp_configs() {
+        let n = tail_losses(cfg.clone(), &[29]);
+        let st = n.conn(0).stats();
+        assert_eq!(
+            (st.timeouts, st.tlp_probes, st.retransmitted),
+            (0, 1, 1),
+            "{cfg:?}"
+        );
+        // The probe is the last segment again, 2·SRTT + 2 ms (RFC 8985 §7.2) after
+        // the last ACK came in (sent 5 ms before), not the 200 ms RTO.
+        let data = data_from_a(&n);
+        let probe = data.last().unwrap();
+        assert_eq!(data.iter().filter(|d| d.1 == probe.1).count(), 2);
+        let last_ack = n
+            .log
+            .iter()
+            .rfind(|s| s.from == 1 && s.at < probe.0)
+            .unwrap()
+            .at;
+        let srtt = n.conn(0).srtt().unwrap();
+        assert_eq!(srtt, ms(10));
+        assert_eq!(probe.0, last_ack + ms(5) + 2 * srtt + ms(2), "{cfg:?}");
+        // Its ACK shows it repaired a loss (the echo is the probe's, or there is
+        // no telling): cwnd reduced as for fast recovery (§7.4.2).
+        assert_eq!(st.tlp_recoveries, 1);
+        assert!(n.conn(0).ssthresh() < u32::MAX);
+        // Without the probe, the timer.
+        let off = tail_losses(
+            TcpConfig {
+                tail_loss_probe: false,
+                ..cfg
+            },
+            &[29],
+        );
+        let st = off.conn(0).stats();
+        assert_eq!((st.timeouts, st.tlp_probes), (1, 0));
+        let resent = data_from_a(&off).last().unwrap().0;
+        assert!(resent >= probe.0 + ms(150));
+    }
+}
+
+#[test]
+fn tail_loss_probe_starts_recovery_for_several_tail_losses() {
+    for cfg in tlp_configs() {
+        // The last four: the probe (the last segment again) repairs one, and its
+        // ACK (a SACK of it, or a duplicate ACK) starts recovery for the others.
+        let n = tail_losses(cfg.clone(), &[26, 27, 28, 29]);
+        let st = n.conn(0).stats();
+        assert_eq!(
+            (st.timeouts, st.tlp_probes, st.tlp_recoveries),
+            (0, 1, 1),
+            "{cfg:?}"
+        );
+        assert_eq!(st.fast_retransmits, 3, "{cfg:?}");
+    }
+}
+
+#[test]
+fn tail_loss_probe_answered_by_the_original_is_no_loss() {
+    // The ACK of the last segment is lost, not the segment: the probe draws an
+    // ACK echoing the original's timestamp, so cwnd stays (RFC 8985 §7.4.2, with
+    // timestamps in place of D-SACK).
+    let mut n = established_pair(fast_config(), fast_config());
+    let size = 30 * n.conn(0).send_mss();
+    let end = last_from(&n, 0).seq.wrapping_add(size as u32);
+    let mut dropped = false;
+    n.pass = Box::new(move |s| {
+        let hit = !dropped && s.from == 1 && s.ack == end;
+        dropped |= hit;
+        !hit
+    });
+    n.apps[0].out = pattern(size, 0);
+    n.step();
+    assert!(n.run_until(n.now + secs(10), |n| n.conn(0).send_queue_len() == 0));
+    let st = n.conn(0).stats();
+    assert_eq!(
+        (st.timeouts, st.tlp_probes, st.tlp_recoveries),
+        (0, 1, 0),
+        "{st:?}"
+    );
+    assert_eq!(n.conn(0).ssthresh(), u32::MAX);
+}
+
+/// Timeouts of both ends, probes, and the time from the first data segment to
+/// the last, summed over transfers of 20 KB both ways with 1% loss each way on a
+/// 100 µs round trip: short flights, so many losses are at a tail.
+fn short_rtt_loss(tail_loss_probe: bool) -> (u64, u64, Duration) {
+    let faults = Faults {
+        loss: 0.01,
+        delay: Duration::from_micros(50),
+        spacing: Duration::from_micros(12),
+        ..Faults::default()
+    };
+    let cfg = TcpConfig {
+        tail_loss_probe,
+        ..fast_config()
+    };
+    let (mut timeouts, mut probes, mut took) = (0, 0, Duration::ZERO);
+    for seed in 40..100 {
+        let n = transfer(seed, faults, [20_000, 20_000], cfg.clone(), cfg.clone());
+        for i in 0..2 {
+            timeouts += n.conn(i).stats().timeouts;
+            probes += n.conn(i).stats().tlp_probes;
+        }
+        let data: Vec<Time> = n.log.iter().filter(|s| s.len > 0).map(|s| s.at).collect();
+        took += data[data.len() - 1].saturating_duration_since(data[0]);
+    }
+    (timeouts, probes, took)
+}
+
+#[test]
+fn tail_loss_probe_saves_timeouts_on_a_short_lossy_path() {
+    let (with, probes, took_with) = short_rtt_loss(true);
+    let (without, none, took_without) = short_rtt_loss(false);
+    let counts = format!(
+        "{with} timeouts, {probes} probes, {took_with:?}; without: {without}, {took_without:?}"
+    );
+    assert_eq!(none, 0);
+    assert!(probes > 0, "{counts}");
+    assert!(with * 3 <= without, "{counts}");
+    // Without the probe timer each of those waits 200 ms.
+    assert!(took_with * 10 <= took_without, "{counts}");
 }
