@@ -191,6 +191,15 @@ impl Net {
         drain_wire(&mut self.wire).iter().map(|f| read(f)).collect()
     }
 
+    /// An application with one connection to the peer, established: the
+    /// start of most tests here.
+    fn established_app(&mut self) -> (App, ChannelId, u16) {
+        let mut a = self.app();
+        let (ch, port) = self.connect(&a, 0, PEER_PORT);
+        self.establish(&mut a, ch, port);
+        (a, ch, port)
+    }
+
     /// Three-way handshake and some data each way: our SND.MAX is
     /// ISS + 6, the peer's ISS + 1 + 3.
     fn establish(&mut self, a: &mut App, ch: ChannelId, port: u16) {
@@ -236,9 +245,7 @@ fn established_connection_is_reset_when_its_endpoint_goes() {
 #[test]
 fn established_connection_is_reset_when_unbound() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (a, ch, port) = n.established_app();
     n.mux.unbind_channel(ch).unwrap();
     assert_eq!(n.on_wire(), vec![rst_from(port, ISS + 6)]);
     // Gone once: the endpoint's removal sends nothing more.
@@ -302,9 +309,7 @@ fn finished_connections_get_no_rst() {
 #[test]
 fn a_rst_off_rcv_nxt_does_not_finish() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, _, port) = n.established_app();
     // In the window but not at RCV.NXT: a blind reset (RFC 5961 §3.2).
     assert_eq!(n.peer(&mut a, port, RST, IRS + 100, 0, &[]), 1);
     n.mux.remove_endpoint(a.ep).unwrap();
@@ -318,9 +323,7 @@ fn time_wait_is_held_then_expires() {
         msl,
         ..MuxConfig::default()
     });
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     let closed = Instant::now();
     n.mux.remove_endpoint(a.ep).unwrap();
@@ -387,9 +390,7 @@ fn time_wait_is_held_then_expires() {
 #[test]
 fn a_new_syn_beyond_the_old_sequence_space_reopens_the_4_tuple() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     n.mux.remove_endpoint(a.ep).unwrap();
     let mut b = n.app();
@@ -413,9 +414,7 @@ fn a_new_syn_beyond_the_old_sequence_space_reopens_the_4_tuple() {
 #[test]
 fn time_wait_is_held_when_unbound() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     n.mux.unbind_channel(ch).unwrap();
     assert!(n.on_wire().is_empty());
@@ -441,9 +440,7 @@ fn time_wait_is_held_when_unbound() {
 #[test]
 fn simultaneous_close_is_held() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     // The FINs cross.
     n.send(&mut a, ch, port, FIN | ACK, ISS + 6, IRS + 4, &[]);
     assert_eq!(n.peer(&mut a, port, FIN | ACK, IRS + 4, ISS + 6, &[]), 1);
@@ -461,9 +458,7 @@ fn time_wait_already_over_needs_nothing() {
         msl: Duration::ZERO,
         ..MuxConfig::default()
     });
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     n.mux.remove_endpoint(a.ep).unwrap();
     assert!(n.on_wire().is_empty());
@@ -514,9 +509,7 @@ fn no_room_no_hold() {
         time_wait_max: 0,
         ..MuxConfig::default()
     });
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     n.mux.remove_endpoint(a.ep).unwrap();
     assert!(n.on_wire().is_empty());
@@ -530,9 +523,7 @@ fn no_room_no_hold() {
 #[test]
 fn malformed_segments_are_counted() {
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (ch, port) = n.connect(&a, 0, PEER_PORT);
-    n.establish(&mut a, ch, port);
+    let (mut a, ch, port) = n.established_app();
     let good = build::tcp_frame(
         HOST_MAC,
         PEER_MAC,
