@@ -287,3 +287,21 @@ fn a_sender_sleeping_on_a_full_tx_ring_wakes() {
     // be stuck.
     assert!(got > 0);
 }
+
+#[test]
+fn udp_try_clone_shares_the_socket() {
+    let h = two_hosts("stack-clone").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let server = bound(&sb, 7300);
+    let client = bound(&sa, 0);
+    let sender = client.try_clone().unwrap();
+    assert_eq!(sender.local_addr().unwrap(), client.local_addr().unwrap());
+    sender.send_to(b"ping", (B, 7300)).unwrap();
+    let mut buf = [0u8; 8];
+    let (n, from) = server.recv_from(&mut buf).unwrap();
+    server.send_to(&buf[..n], from).unwrap();
+    drop(sender);
+    // The original still holds the port and gets the answer.
+    let n = client.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"ping");
+}

@@ -226,3 +226,35 @@ fn keepalive_keeps_an_idle_connection_and_finds_a_vanished_peer() {
     drop(server);
     drop(a);
 }
+
+#[test]
+fn try_clone_shares_the_connection_until_the_last_handle_goes() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    let l = TcpListener::bind(&sb, (B, 7200)).unwrap();
+    let l2 = l.try_clone().unwrap();
+    drop(l);
+    let c = TcpStream::connect(&sa, (B, 7200)).unwrap();
+    // The listener lives on in its clone.
+    let (mut s, _) = l2.accept().unwrap();
+    s.set_read_timeout(T).unwrap();
+    let mut reader = c.try_clone().unwrap();
+    reader.set_read_timeout(T).unwrap();
+    let mut writer = c;
+    writer.write_all(b"one").unwrap();
+    let mut buf = [0u8; 3];
+    s.read_exact(&mut buf).unwrap();
+    s.write_all(b"two").unwrap();
+    reader.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"two");
+    // One handle gone: the connection stays.
+    drop(writer);
+    s.write_all(b"three").unwrap();
+    let mut got = [0u8; 5];
+    reader.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"three");
+    // The last one gone: the peer sees the end.
+    drop(reader);
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+}

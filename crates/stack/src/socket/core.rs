@@ -142,6 +142,10 @@ pub(crate) struct Sock {
     pub ttl: u8,
     /// A TCP socket's listener or connection.
     pub tcp: Option<TcpSock>,
+    /// Handles on the socket (`try_clone` makes more); it closes when the
+    /// last goes. One from the start: the handle of the call that made it
+    /// (for a connection a listener accepted, `accept`'s).
+    pub handles: u32,
 }
 
 impl Sock {
@@ -159,6 +163,7 @@ impl Sock {
             broadcast: false,
             ttl: 64,
             tcp: None,
+            handles: 1,
         }
     }
 

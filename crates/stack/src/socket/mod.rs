@@ -325,9 +325,23 @@ impl Handle {
     }
 }
 
+impl Handle {
+    /// Another handle on the same socket (std's `try_clone`): the socket
+    /// closes when the last one drops.
+    pub(crate) fn try_clone(&self) -> io::Result<Handle> {
+        self.with(|s| s.handles += 1);
+        Ok(Handle::from_id(&self.stack, self.id))
+    }
+}
+
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.stack.shared().lock().close(self.id);
+        let mut g = self.stack.shared().lock();
+        let s = g.sock_mut(self.id);
+        s.handles -= 1;
+        if s.handles == 0 {
+            g.close(self.id);
+        }
     }
 }
 

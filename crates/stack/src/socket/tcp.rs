@@ -56,6 +56,13 @@ impl TcpListener {
         Ok((stream, peer))
     }
 
+    /// Another handle on the listener, as std's `try_clone`.
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        Ok(TcpListener {
+            h: self.h.try_clone()?,
+        })
+    }
+
     /// Accepted connections, one by one.
     pub fn incoming(&self) -> impl Iterator<Item = io::Result<TcpStream>> + '_ {
         std::iter::repeat_with(|| self.accept().map(|(s, _)| s))
@@ -189,6 +196,15 @@ impl TcpStream {
 
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.h.with(|s| s.local).into())
+    }
+
+    /// Another handle on the same connection, as std's `try_clone` (e.g. one
+    /// thread reads while another writes); the connection closes when the
+    /// last handle drops.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        Ok(TcpStream {
+            h: self.h.try_clone()?,
+        })
     }
 
     /// Shuts the reading half (what arrives is discarded, reads return 0), the

@@ -27,6 +27,14 @@ impl UdpSocket {
         })
     }
 
+    /// Another handle on the same socket, as std's `try_clone`; it closes
+    /// when the last handle drops.
+    pub fn try_clone(&self) -> io::Result<UdpSocket> {
+        Ok(UdpSocket {
+            h: self.h.try_clone()?,
+        })
+    }
+
     /// The stack this socket is on.
     pub fn stack(&self) -> &Stack {
         self.h.stack()
