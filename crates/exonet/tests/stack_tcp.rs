@@ -258,3 +258,22 @@ fn try_clone_shares_the_connection_until_the_last_handle_goes() {
     s.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());
 }
+
+#[test]
+fn a_stream_sends_with_its_ttl() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    let l = TcpListener::bind(&sb, (B, 7400)).unwrap();
+    let c = TcpStream::connect(&sa, (B, 7400)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    assert_eq!(c.ttl().unwrap(), 64);
+    assert!(c.set_ttl(0).is_err());
+    c.set_ttl(7).unwrap();
+    assert_eq!(c.ttl().unwrap(), 7);
+    let mut w: &TcpStream = &c;
+    w.write_all(b"x").unwrap();
+    let mut r: &TcpStream = &s;
+    r.set_read_timeout(T).unwrap();
+    let mut b = [0u8; 1];
+    r.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"x");
+}

@@ -218,8 +218,8 @@ impl Stack {
 }
 
 /// The options every stream and datagram socket has, as std's sockets have
-/// them: timeouts (`WouldBlock` after them, as std on Unix), non-blocking mode
-/// and the pending error. For a type whose [`Handle`] is its field `h`.
+/// them: timeouts (`WouldBlock` after them, as std on Unix), non-blocking mode,
+/// the pending error and the TTL. For a type whose [`Handle`] is its field `h`.
 macro_rules! socket_options {
     () => {
         pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
@@ -247,6 +247,19 @@ macro_rules! socket_options {
         /// datagram socket; a reset or timeout for a stream), cleared.
         pub fn take_error(&self) -> io::Result<Option<io::Error>> {
             Ok(self.h.with(|s| s.error.take()).map(io::Error::from))
+        }
+
+        /// The TTL of the IP datagrams sent (1..=255).
+        pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+            let ttl = u8::try_from(ttl).ok().filter(|t| *t > 0).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "TTL must be 1..=255")
+            })?;
+            self.h.with(|s| s.ttl = ttl);
+            Ok(())
+        }
+
+        pub fn ttl(&self) -> io::Result<u32> {
+            Ok(self.h.with(|s| s.ttl).into())
         }
     };
 }

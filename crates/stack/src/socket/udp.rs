@@ -205,20 +205,6 @@ impl UdpSocket {
         Ok(self.h.with(|s| s.broadcast))
     }
 
-    /// The TTL of datagrams sent (1..=255).
-    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
-        let ttl = u8::try_from(ttl)
-            .ok()
-            .filter(|t| *t > 0)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "TTL must be 1..=255"))?;
-        self.h.with(|s| s.ttl = ttl);
-        Ok(())
-    }
-
-    pub fn ttl(&self) -> io::Result<u32> {
-        Ok(self.h.with(|s| s.ttl).into())
-    }
-
     pub(crate) fn id(&self) -> usize {
         self.h.id()
     }
