@@ -406,11 +406,7 @@ impl Inner {
 
     /// Binds a channel at the multiplexer and adds a socket for it.
     pub fn open(&mut self, kind: Kind, local: SocketAddrV4) -> io::Result<usize> {
-        let ip = if local.ip().is_unspecified() {
-            self.info.addrs[0].0
-        } else {
-            *local.ip()
-        };
+        let ip = self.bind_ip(*local.ip());
         let proto = match kind {
             Kind::Udp => PROTO_UDP,
             Kind::Echo => exonet_shm::control::PROTO_ICMP,
@@ -437,6 +433,16 @@ impl Inner {
             self.control()
                 .bind_socket(self.endpoint, proto, (ip, local.port()), None)?;
         Ok(self.add_socket(Sock::new(kind, channel, SocketAddrV4::new(ip, port))))
+    }
+
+    /// The address of ours a socket bound to `ip` gets: `ip`, or for 0.0.0.0
+    /// the first (the multiplexer binds one address per channel).
+    fn bind_ip(&self, ip: Ipv4Addr) -> Ipv4Addr {
+        if ip.is_unspecified() {
+            self.info.addrs[0].0
+        } else {
+            ip
+        }
     }
 
     /// Adds a socket in a free slot and routes its channel to it.

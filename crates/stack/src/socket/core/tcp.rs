@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use exonet_shm::control::PROTO_TCP;
@@ -246,15 +246,6 @@ impl Inner {
             s.fast_retransmits += st.fast_retransmits;
         }
         s
-    }
-
-    /// The address of ours to use: `ip`, or for 0.0.0.0 the first.
-    fn bind_ip(&self, ip: Ipv4Addr) -> Ipv4Addr {
-        if ip.is_unspecified() {
-            self.info.addrs[0].0
-        } else {
-            ip
-        }
     }
 
     /// Opens a listener on `local` (port 0: ephemeral).
@@ -824,25 +815,28 @@ impl Inner {
     fn tcp_flush(&mut self, id: usize, now: Time) {
         let frames = self.frames.clone();
         let frame_size = frames.layout().frame_size() as usize;
-        let mut pushed = false;
-        while let Some(s) = self.sock_opt(id) {
-            let (channel, local, ttl) = (s.channel, s.local, s.ttl);
-            let Some(remote) = s.peer else { break };
-            let dst = *remote.ip();
-            let mac = match self.next_hop(dst, false, now) {
-                Ok(m) => m,
-                Err(e) => {
-                    // The peer cannot be reached any more (an address change):
-                    // the connection ends with the reason.
-                    if let Some(c) = self.conn_mut(id) {
-                        if c.conn.state() != TcpState::Closed {
-                            c.conn.abort();
-                            self.sock_mut(id).error = Some(e.kind());
-                        }
+        // The same for every segment of the connection: looked up once.
+        let Some(s) = self.sock_opt(id) else { return };
+        let (channel, local, ttl) = (s.channel, s.local, s.ttl);
+        let Some(remote) = s.peer else { return };
+        let dst = *remote.ip();
+        let mac = match self.next_hop(dst, false, now) {
+            Ok(m) => m,
+            Err(e) => {
+                // The peer cannot be reached any more (an address change):
+                // the connection ends with the reason.
+                if let Some(c) = self.conn_mut(id) {
+                    if c.conn.state() != TcpState::Closed {
+                        c.conn.abort();
+                        self.sock_mut(id).error = Some(e.kind());
                     }
-                    break;
                 }
-            };
+                return;
+            }
+        };
+        let mtu = self.path_mtu(dst, now).min(frame_size - ETH_LEN);
+        let mut pushed = false;
+        loop {
             if self.tx.outstanding() >= self.tx.entries() {
                 self.tx_blocked = true;
                 self.tcp_mark(id);
@@ -857,7 +851,6 @@ impl Inner {
                 self.tx_pool.push(b);
                 break;
             };
-            let mtu = self.path_mtu(dst, now).min(frame_size - ETH_LEN);
             let Some(c) = conn_in(&mut self.sockets, id) else {
                 self.tx_pool.push(b);
                 break;
