@@ -15,6 +15,7 @@ use std::time::Duration;
 use common::daemons::{
     daemon, echo_stats, exonet, finish, json_u64, logged, server, signal, text, Procs,
 };
+use common::noise;
 use exonet_stack::{Stack, TcpStream};
 
 const A: &str = "10.77.19.1";
@@ -26,20 +27,6 @@ fn tool(sock: &Path, args: &[&str]) -> Output {
         .arg(sock)
         .output()
         .unwrap()
-}
-
-/// A little data that is not random enough to compress, and differs per
-/// seed.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A raw HTTP client's view of one response: status, head, body.

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use common::daemons::{exonet, finish, json_u64, logged, server, text};
 use common::netns::{is_root, run, Rig};
-use common::until;
+use common::{noise, until};
 
 /// `program` in Linux's namespace, killed after a minute.
 fn linux(rig: &Rig, program: &str) -> Command {
@@ -61,18 +61,6 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
-fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn sha256(rig: &Rig, path: &Path) -> String {
     let out = run(rig.linux("sha256sum").arg(path));
     text(&out.stdout).split(' ').next().unwrap().to_string()
@@ -100,7 +88,7 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
     let dir = rig.dir().to_path_buf();
     let www = dir.join("www");
     std::fs::create_dir_all(&www).unwrap();
-    let big = noise(10 << 20);
+    let big = noise(10 << 20, 0x9e37_79b9_7f4a_7c15);
     std::fs::write(www.join("big.bin"), &big).unwrap();
     std::fs::write(www.join("index.html"), "<h1>exonet</h1>\n").unwrap();
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use exonet_shm::control::Client;
@@ -101,8 +101,21 @@ pub fn signal(c: &Child, signal: i32) {
 /// Starts `exonet udp-echo` with `args` on the daemon at `sock` and waits
 /// for it to say it listens; returns it and its stdout (its counters).
 pub fn udp_echo(sock: &Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
+    let args: Vec<&str> = std::iter::once("udp-echo")
+        .chain(args.iter().copied())
+        .collect();
+    let (mut c, err) = started(sock, &args, "exonet udp-echo: listening on ");
+    // Its stderr stays open, as the child's.
+    c.stderr = Some(err.into_inner());
+    let out = BufReader::new(c.stdout.take().unwrap());
+    (c, out)
+}
+
+/// `exonet` with `args` on the daemon at `sock`, stdout and stderr piped,
+/// once the first line on its stderr contains `ready`; the rest of its
+/// stderr.
+fn started(sock: &Path, args: &[&str], ready: &str) -> (Child, BufReader<ChildStderr>) {
     let mut c = exonet()
-        .arg("udp-echo")
         .args(args)
         .arg("--socket")
         .arg(sock)
@@ -110,13 +123,11 @@ pub fn udp_echo(sock: &Path, args: &[&str]) -> (Child, BufReader<ChildStdout>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut err = BufReader::new(c.stderr.take().unwrap());
     let mut line = String::new();
-    BufReader::new(c.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("exonet udp-echo: listening on "), "{line}");
-    let out = BufReader::new(c.stdout.take().unwrap());
-    (c, out)
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains(ready), "{args:?}: {line}");
+    (c, err)
 }
 
 /// The counters a running `exonet udp-echo` prints on SIGUSR1.
@@ -147,18 +158,7 @@ pub fn text(b: &[u8]) -> String {
 /// `ready` on stderr; its later stderr lines are collected, its stdout
 /// piped.
 pub fn server(sock: &Path, args: &[&str], ready: &str) -> (Child, Arc<Mutex<Vec<String>>>) {
-    let mut c = exonet()
-        .args(args)
-        .arg("--socket")
-        .arg(sock)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(c.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains(ready), "{args:?}: {line}");
+    let (c, err) = started(sock, args, ready);
     let lines = Arc::new(Mutex::new(Vec::new()));
     let sink = lines.clone();
     std::thread::spawn(move || {

@@ -16,3 +16,10 @@ pub fn until(what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Bytes that do not compress, different per seed: test files to send.
+#[allow(dead_code)]
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = exonet_wire::rng::SplitMix64::new(seed);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
