@@ -183,6 +183,29 @@ impl Reporter {
         }
     }
 
+    /// A footer line: `system`'s `metric` over `peer`'s in `case`, against the
+    /// goal `want` (`met` judges the ratio); nothing if either is missing.
+    pub fn goal(
+        &mut self,
+        case: &str,
+        metric: &str,
+        (system, peer): (&str, &str),
+        want: &str,
+        met: impl Fn(f64) -> bool,
+    ) {
+        if let (Some(v), Some(p)) = (
+            self.value(case, system, metric),
+            self.value(case, peer, metric),
+        ) {
+            let r = v / p;
+            self.note(format!(
+                "goal {case} {metric}: {system}/{peer} = {} (want {want}): {}",
+                ratio(r),
+                if met(r) { "met" } else { "not met" }
+            ));
+        }
+    }
+
     /// The suite's exit status: failure if any system reported an error.
     pub fn exit_code(&self) -> std::process::ExitCode {
         if self.failed() {

@@ -53,7 +53,7 @@ use exonet_stack::StackConfig;
 
 use crate::bench::endpoint::peer::{self, PATIENCE};
 use crate::bench::endpoint::veth::{Net, ENDS};
-use crate::bench::report::{ratio, Fail, Outcome, Reporter};
+use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::udp::exonet::Serve;
 use crate::bench::udp::rig::{name, run_pair, Daemons, Phases, Scratch};
 use crate::bench::udp::Lazy;
@@ -231,42 +231,24 @@ pub fn run(args: &TcpArgs) -> ExitCode {
             }
         }
     }
-    for (system, peer) in [
+    for pair in [
         ("exonet-inproc", "linux"),
         ("exonet-inproc-busy", "linux-busy"),
         ("exonet-inproc-busy", "linux"),
         ("exonet", "linux"),
     ] {
-        goal(&mut rep, RTT, "us_rtt", system, peer, "at most 0.8x", |r| {
-            r <= 0.8
-        });
+        rep.goal(RTT, "us_rtt", pair, "at most 0.8x", |r| r <= 0.8);
     }
     for case in [TPUT, BULK] {
         for system in ["exonet-inproc", "exonet-inproc-busy", "exonet"] {
-            goal(
-                &mut rep,
-                case,
-                "gbps",
-                system,
-                "linux-no-offload",
-                "at least 1x",
-                |r| r >= 1.0,
-            );
-            goal(
-                &mut rep,
-                case,
-                "gbps",
-                system,
-                "linux-offload",
-                "at least 0.5x",
-                |r| r >= 0.5,
-            );
+            let no_offload = (system, "linux-no-offload");
+            rep.goal(case, "gbps", no_offload, "at least 1x", |r| r >= 1.0);
+            let offload = (system, "linux-offload");
+            rep.goal(case, "gbps", offload, "at least 0.5x", |r| r >= 0.5);
         }
     }
     for system in ["exonet-inproc", "exonet-inproc-busy", "exonet"] {
-        goal(&mut rep, CPS, "cps", system, "linux", "at least 1x", |r| {
-            r >= 1.0
-        });
+        rep.goal(CPS, "cps", (system, "linux"), "at least 1x", |r| r >= 1.0);
     }
     rep.print_table(
         &format!(
@@ -278,30 +260,6 @@ pub fn run(args: &TcpArgs) -> ExitCode {
         "exonet",
     );
     rep.exit_code()
-}
-
-/// A footer line: `system`'s `metric` over `peer`'s in `case`, against the
-/// goal.
-fn goal(
-    rep: &mut Reporter,
-    case: &str,
-    metric: &str,
-    system: &str,
-    peer: &str,
-    want: &str,
-    met: impl Fn(f64) -> bool,
-) {
-    if let (Some(v), Some(p)) = (
-        rep.value(case, system, metric),
-        rep.value(case, peer, metric),
-    ) {
-        let r = v / p;
-        rep.note(format!(
-            "goal {case} {metric}: {system}/{peer} = {} (want {want}): {}",
-            ratio(r),
-            if met(r) { "met" } else { "not met" }
-        ));
-    }
 }
 
 /// A bulk transfer over memwire: clean, or with 1% of frames lost each way.

@@ -62,7 +62,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use crate::bench::endpoint::veth::{Net, ENDS};
-use crate::bench::report::{ratio, Fail, Outcome, Reporter};
+use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
 use exonet::Serve;
 use node::{Role, Stack};
@@ -198,18 +198,8 @@ fn goal(rep: &mut Reporter, case: &str, metric: &str, want: &str, met: impl Fn(f
         ("exonet-inproc-busy", "linux-busy"),
         ("exonet-inproc-busy", "linux"),
     ];
-    for (system, peer) in pairs {
-        if let (Some(v), Some(p)) = (
-            rep.value(case, system, metric),
-            rep.value(case, peer, metric),
-        ) {
-            let r = v / p;
-            rep.note(format!(
-                "goal {case} {metric}: {system}/{peer} = {} (want {want}): {}",
-                ratio(r),
-                if met(r) { "met" } else { "not met" }
-            ));
-        }
+    for pair in pairs {
+        rep.goal(case, metric, pair, want, &met);
     }
 }
 
