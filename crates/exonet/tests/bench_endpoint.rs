@@ -41,5 +41,5 @@ fn quick_endpoint_suite_reports_every_case_and_system() {
         ("raw-rtt-veth", "exonet-afpacket-v2", "us_rtt", true),
         ("raw-rtt-veth", "linux-udp", "us_rtt", true),
     ];
-    check_suite(&stdout, "endpoint", &want);
+    check_suite(&stdout, "endpoint", &want, &[]);
 }

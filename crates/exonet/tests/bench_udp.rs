@@ -57,7 +57,7 @@ fn quick_udp_suite_reports_every_case_system_and_metric() {
             }
         }
     }
-    check_suite(&stdout, "udp", &want);
+    check_suite(&stdout, "udp", &want, &[]);
     if !root {
         assert!(
             stdout
