@@ -486,16 +486,6 @@ impl Shared {
                 g = self.lock();
                 continue;
             }
-            if self.in_process {
-                // What the pump queued (ACKs, a SYN-ACK) leaves before anyone
-                // sleeps: nothing else would move it.
-                drop(g);
-                let moved = self.drive()?;
-                g = self.lock();
-                if moved > 0 {
-                    continue;
-                }
-            }
             // Sleep no longer than the library's own next timer.
             let timer = g.next_deadline().map(|d| g.instant_of(d));
             let until = match (until, timer) {
@@ -522,6 +512,8 @@ impl Shared {
             let slept = if self.in_process {
                 // Nobody else moves the frames: sleep on the link and the
                 // endpoints (a send of another thread kicks), then drive.
+                // Frames the pump just queued (ACKs, a SYN-ACK) end the sleep
+                // at once: the multiplexer does not sleep on a pending ring.
                 let cap = Duration::from_millis(100);
                 let mut m = lock(&self.mux);
                 m.sleep(timeout.map_or(cap, |t| t.min(cap)))
