@@ -214,11 +214,13 @@ else:
     check(False, "SYN-ACK to the SYN with nonsense options")
 own.stop()
 
-# A SYN flood from spoofed addresses of the rig's subnet (never .1 to .3).
-syns = []
-for _ in range(flood):
-    src = "%s.%d" % (prefix, random.randrange(10, 250))
-    syns.append((src, random.randrange(1024, 65536), random.randrange(M32)))
+# A SYN flood from spoofed addresses of the rig's subnet (never .1 to .3),
+# each from a 4-tuple of its own: a repeated one would be the same half-open
+# connection's SYN again, neither new nor dropped.
+sources = set()
+while len(sources) < flood:
+    sources.add(("%s.%d" % (prefix, random.randrange(10, 250)), random.randrange(1024, 65536)))
+syns = [(s, p, random.randrange(M32)) for s, p in sources]
 t = time.time()
 sendp([eth / IP(src=s, dst=dst_ip) / TCP(sport=p, dport=port, flags="S", seq=q, window=1024) for s, p, q in syns],
       iface=iface)
