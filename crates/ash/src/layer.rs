@@ -1,0 +1,1 @@
+//! Protocol composition (§2.3).

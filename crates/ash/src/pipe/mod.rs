@@ -1,0 +1,1 @@
+//! Dynamic ILP: pipes and pipe lists (§2.2).
