@@ -422,6 +422,17 @@ impl Layout {
         Ok(())
     }
 
+    /// `len` bytes at `offset` lie inside the frame area, across buffers if
+    /// need be: a window an application grants its handler (buffers it
+    /// keeps off the free ring for its own data).
+    pub fn check_area(&self, offset: u32, len: u32) -> Result<(), DescError> {
+        let end = self.frames_offset + self.frame_count as u64 * self.frame_size as u64;
+        if (offset as u64) < self.frames_offset || offset as u64 + len as u64 > end {
+            return Err(DescError::TooLong { offset, len });
+        }
+        Ok(())
+    }
+
     /// `len` bytes at `offset` lie inside one frame buffer.
     pub(crate) fn check_range(&self, offset: u32, len: u32) -> Result<(), DescError> {
         let rel = (offset as u64)

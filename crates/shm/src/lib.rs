@@ -57,7 +57,7 @@ pub use layout::{
     SegmentHeader, HEADER_SIZE, RING_DESCS_OFFSET, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 #[cfg(not(loom))]
-pub use segment::{AppEndpoint, Frames, MuxEndpoint, Segment};
+pub use segment::{blob_memfd, read_blob, AppEndpoint, Frames, MuxEndpoint, Segment};
 
 #[cfg(all(test, loom))]
 mod loom_tests;

@@ -331,6 +331,17 @@ impl Frames {
         Ok(unsafe { self.map.at::<u8>(offset as u64) })
     }
 
+    /// A pointer to `len` bytes at `offset` anywhere in the frame area (see
+    /// [`Layout::check_area`]): a handler's window. As with
+    /// [`frame_ptr`](Self::frame_ptr), the other side can write the same
+    /// bytes at any time.
+    pub fn area_ptr(&self, offset: u32, len: u32) -> Result<NonNull<u8>, DescError> {
+        self.layout.check_area(offset, len)?;
+        // SAFETY: `check_area` put the bytes inside the frame area, which
+        // is inside the mapping.
+        Ok(unsafe { self.map.at::<u8>(offset as u64) })
+    }
+
     /// Copies `data` to `offset`; all of it must land in one frame buffer.
     pub fn write(&self, offset: u32, data: &[u8]) -> Result<(), DescError> {
         let len = u32::try_from(data.len()).map_err(|_| DescError::TooLong {
@@ -399,4 +410,91 @@ pub struct MuxEndpoint {
     /// pushed ([`Notifier::notify_rx`], which also checks "almost full"),
     /// completion pushed or tx released ([`Notifier::notify_if_sleeping`]).
     pub upcall: Notifier,
+}
+
+/// A sealed memfd holding `bytes`: how an application hands the
+/// multiplexer something too large for a control message (a handler's
+/// module). Sealed against writes, so what the multiplexer reads is what
+/// was sent.
+pub fn blob_memfd(bytes: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated literal; a non-negative result
+    // is a new descriptor that we own.
+    let fd = cvt(unsafe {
+        libc::memfd_create(
+            c"exonet-blob".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    })?;
+    // SAFETY: `fd` is fresh and owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writes from a live slice's remaining bytes.
+        let n = unsafe {
+            libc::write(
+                fd.as_raw_fd(),
+                bytes[done..].as_ptr().cast(),
+                bytes.len() - done,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    // SAFETY: a plain syscall on our own descriptor.
+    cvt(unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )
+    })?;
+    Ok(fd)
+}
+
+/// Reads the `len` bytes of a blob from an untrusted peer: the descriptor
+/// must be a memfd (anything else could block the reader: a pipe, a
+/// socket, a file on a hung file system) of at least `len` bytes.
+pub fn read_blob(fd: &OwnedFd, len: usize) -> io::Result<Vec<u8>> {
+    // SAFETY: F_GET_SEALS on a descriptor we own; it fails on anything
+    // but a memfd (or shmem file), which is the check.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) } < 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the descriptor is not a memfd",
+        ));
+    }
+    let mut out = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        // SAFETY: reads into the remaining bytes of our own buffer.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                out[done..].as_mut_ptr().cast(),
+                len - done,
+                done as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the memfd holds {done} bytes, not {len}"),
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(out)
 }

@@ -3,7 +3,9 @@
 
 use std::net::Ipv4Addr;
 
-use exonet_shm::control::{ErrorCode, Record, Reply, Request, WireField, STATS_PAGE};
+use exonet_shm::control::{
+    ErrorCode, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, STATS_PAGE,
+};
 use proptest::prelude::*;
 
 fn ip() -> impl Strategy<Value = Ipv4Addr> {
@@ -67,6 +69,23 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(endpoint, weight)| Request::SetWeight { endpoint, weight }),
         ip().prop_map(|ip| Request::Resolve { ip }),
         any::<u32>().prop_map(|from| Request::Stats { from }),
+        (
+            any::<u32>(),
+            0..=MAX_HANDLER_MODULE as u32,
+            proptest::option::of((any::<u32>(), any::<u32>())),
+            any::<u64>(),
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..4),
+        )
+            .prop_map(|(channel, module_len, window, fuel, pipe_lists)| {
+                Request::InstallHandler {
+                    channel,
+                    module_len,
+                    window,
+                    fuel,
+                    pipe_lists,
+                }
+            }),
+        any::<u32>().prop_map(|channel| Request::RemoveHandler { channel }),
     ]
 }
 

@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use msg::{
-    DecodeError, ErrorCode, Record, Reply, Request, WireField, CONTROL_VERSION, MAX_FILTERS,
-    MAX_FILTER_TEXT, MAX_MESSAGE, MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP,
-    PROTO_UDP, STATS_PAGE,
+    DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
+    MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST, MAX_PIPE_LISTS,
+    MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP, PROTO_UDP, STATS_PAGE,
 };
 pub use sock::{PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
@@ -98,9 +98,10 @@ impl From<ControlError> for io::Error {
                 ErrorCode::PortInUse => io::ErrorKind::AddrInUse,
                 ErrorCode::NotOurAddress => io::ErrorKind::AddrNotAvailable,
                 ErrorCode::NoSuchEndpoint | ErrorCode::NoSuchChannel => io::ErrorKind::NotFound,
-                ErrorCode::BadRequest | ErrorCode::BadFilter | ErrorCode::BadSegment => {
-                    io::ErrorKind::InvalidInput
-                }
+                ErrorCode::BadRequest
+                | ErrorCode::BadFilter
+                | ErrorCode::BadSegment
+                | ErrorCode::BadHandler => io::ErrorKind::InvalidInput,
                 ErrorCode::NoPortsLeft | ErrorCode::Limit => io::ErrorKind::OutOfMemory,
                 ErrorCode::Unavailable => io::ErrorKind::NotConnected,
             },
@@ -254,6 +255,40 @@ impl Client {
             Reply::Bound { channel, .. } => Ok(channel),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Installs a handler on one of our channels (replacing any it had):
+    /// the module goes in a sealed memfd, the rest in the request.
+    pub fn install_handler(
+        &mut self,
+        channel: u32,
+        spec: &HandlerSpec,
+    ) -> Result<(), ControlError> {
+        if spec.module.len() > MAX_HANDLER_MODULE {
+            return Err(ControlError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a handler module of {} bytes is over the limit of {MAX_HANDLER_MODULE}",
+                    spec.module.len()
+                ),
+            )));
+        }
+        let blob = crate::blob_memfd(&spec.module)?;
+        let req = Request::InstallHandler {
+            channel,
+            module_len: spec.module.len() as u32,
+            window: spec.window,
+            fuel: spec.fuel,
+            pipe_lists: spec.pipe_lists.clone(),
+        };
+        match self.request(&req, &[blob.as_fd()])? {
+            Reply::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn remove_handler(&mut self, channel: u32) -> Result<(), ControlError> {
+        self.expect_ok(&Request::RemoveHandler { channel })
     }
 
     pub fn unbind(&mut self, channel: u32) -> Result<(), ControlError> {

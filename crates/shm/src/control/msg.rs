@@ -25,6 +25,12 @@ pub const MAX_TEMPLATE_FIELD: usize = 64;
 /// the last page ended).
 pub const STATS_PAGE: usize = 16;
 
+/// Largest handler module (WebAssembly) an application may install.
+pub const MAX_HANDLER_MODULE: usize = 4 << 20;
+/// Most pipe lists one handler brings, and the longest encoded list.
+pub const MAX_PIPE_LISTS: usize = 16;
+pub const MAX_PIPE_LIST: usize = 8192;
+
 /// IP protocol numbers the registry allocates ports for; for ICMP the
 /// "port" is the echo identifier (an unprivileged ping socket).
 pub const PROTO_ICMP: u8 = 1;
@@ -94,6 +100,38 @@ pub enum Request {
     Stats {
         from: u32,
     },
+    /// Installs (or replaces) the handler of a channel (ASH). Carries one
+    /// descriptor, a memfd holding the WebAssembly module in its first
+    /// `module_len` bytes; the rest is [`HandlerSpec`]'s.
+    InstallHandler {
+        channel: u32,
+        module_len: u32,
+        window: Option<(u32, u32)>,
+        fuel: u64,
+        pipe_lists: Vec<Vec<u8>>,
+    },
+    /// Removes a channel's handler, if it has one.
+    RemoveHandler {
+        channel: u32,
+    },
+}
+
+/// A handler (ASH) an application installs on one of its channels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandlerSpec {
+    /// The WebAssembly module (`exonet_ash.h` describes its imports and
+    /// entry point).
+    pub module: Vec<u8>,
+    /// Encoded pipe lists (`exonet_ash::pipe`), numbered in this order for
+    /// the handler's `consume_window`.
+    pub pipe_lists: Vec<Vec<u8>>,
+    /// The part of the segment the handler may read and write: offset and
+    /// length, inside the frame area (buffers the application keeps off its
+    /// free ring).
+    pub window: Option<(u32, u32)>,
+    /// Fuel per invocation; 0 takes the multiplexer's default (which is
+    /// also the most it grants).
+    pub fuel: u64,
 }
 
 /// Why a request was refused.
@@ -116,6 +154,8 @@ pub enum ErrorCode {
     Limit = 10,
     /// The multiplexer is shutting down or failed.
     Unavailable = 11,
+    /// A handler module, pipe list or window the multiplexer refuses.
+    BadHandler = 12,
 }
 
 impl ErrorCode {
@@ -133,6 +173,7 @@ impl ErrorCode {
             9 => BadSegment,
             10 => Limit,
             11 => Unavailable,
+            12 => BadHandler,
             _ => return None,
         })
     }
@@ -344,6 +385,25 @@ impl Request {
             Request::SetWeight { endpoint, weight } => e.u8(10).u32(*endpoint).u32(*weight),
             Request::Resolve { ip } => e.u8(11).ip(*ip),
             Request::Stats { from } => e.u8(12).u32(*from),
+            Request::InstallHandler {
+                channel,
+                module_len,
+                window,
+                fuel,
+                pipe_lists,
+            } => {
+                e.u8(13).u32(*channel).u32(*module_len);
+                match window {
+                    Some((o, l)) => e.u8(1).u32(*o).u32(*l),
+                    None => e.u8(0),
+                };
+                e.u64(*fuel).u32(pipe_lists.len() as u32);
+                for p in pipe_lists {
+                    e.bytes(p);
+                }
+                &mut e
+            }
+            Request::RemoveHandler { channel } => e.u8(14).u32(*channel),
         };
         e.0
     }
@@ -411,6 +471,32 @@ impl Request {
             },
             11 => Request::Resolve { ip: d.ip()? },
             12 => Request::Stats { from: d.u32()? },
+            13 => {
+                let channel = d.u32()?;
+                let module_len = d.u32()?;
+                if module_len as usize > MAX_HANDLER_MODULE {
+                    return Err(DecodeError("handler module too long"));
+                }
+                let window = match d.u8()? {
+                    0 => None,
+                    1 => Some((d.u32()?, d.u32()?)),
+                    _ => return Err(DecodeError("bad option tag")),
+                };
+                let fuel = d.u64()?;
+                let n = d.count(MAX_PIPE_LISTS)?;
+                let mut pipe_lists = Vec::with_capacity(n);
+                for _ in 0..n {
+                    pipe_lists.push(d.bytes(MAX_PIPE_LIST)?.to_vec());
+                }
+                Request::InstallHandler {
+                    channel,
+                    module_len,
+                    window,
+                    fuel,
+                    pipe_lists,
+                }
+            }
+            14 => Request::RemoveHandler { channel: d.u32()? },
             _ => return Err(DecodeError("unknown request")),
         };
         d.end()?;
