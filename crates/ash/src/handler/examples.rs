@@ -1,0 +1,1 @@
+//! Example handlers (placeholder for compile)
