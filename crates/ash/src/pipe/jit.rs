@@ -3,7 +3,21 @@
 //! to the destination, next word. Persistent registers live in SSA
 //! variables during the loop (loaded before it, stored after it), lanes of
 //! narrow pipes are shifts and masks on the word in a register, and the
-//! loop is unrolled when the body is small. The tail (fewer than 8 bytes)
+//! loop is unrolled when the body is small. Two rewrites keep it as tight
+//! as a hand-written loop, exactly (the property tests compare registers
+//! and bytes with the interpreter):
+//! - an *accumulator*, a persistent register that is only ever updated by
+//!   `p = p +' x` (end-around carry), is kept as a 128-bit sum during the
+//!   loop (`add; adc`: one cycle per word on the critical path instead of
+//!   an add, a carry test and another add) and folded once at the exit.
+//!   The end-around-carry sum of a sequence depends only on its integer
+//!   sum S: 0 if S is 0, else the value in 1..=2^64-1 congruent to S
+//!   modulo 2^64-1, which is `lo +' hi` of S's two halves;
+//! - a *lane-wise* pipe, one without persistent registers whose output is
+//!   its input or the byte swap of it at its own gauge, runs on all lanes
+//!   of the word at once (a 32-bit byte swap is `bswap; rol 32`).
+//!
+//! The tail (fewer than 8 bytes)
 //! is left to the interpreter's [`super::interp::tail`], so both executions
 //! share its rules.
 
@@ -151,18 +165,31 @@ fn generate(mut b: FunctionBuilder<'_>, pipes: &[Pipe], store: bool, config: Tar
     b.switch_to_block(entry);
     let params = b.block_params(entry).to_vec();
     let (src0, dst0, words, regs) = (params[0], params[1], params[2], params[3]);
-    let mut vars: Vec<Vec<Variable>> = Vec::with_capacity(pipes.len());
+    let mut vars: Vec<PipeVars> = Vec::with_capacity(pipes.len());
     let mut off = 0i32;
     for p in pipes {
+        let wide = accumulators(p);
         let mut v = Vec::with_capacity(p.persistent.len());
-        for _ in &p.persistent {
-            let var = b.declare_var(i64t);
+        for &w in &wide {
             let x = b.ins().load(i64t, MemFlagsData::trusted(), regs, off);
-            b.def_var(var, x);
+            let var = if w {
+                let var = b.declare_var(types::I128);
+                let x = b.ins().uextend(types::I128, x);
+                b.def_var(var, x);
+                var
+            } else {
+                let var = b.declare_var(i64t);
+                b.def_var(var, x);
+                var
+            };
             v.push(var);
             off += 8;
         }
-        vars.push(v);
+        vars.push(PipeVars {
+            vars: v,
+            wide,
+            lanewise: lanewise(p),
+        });
     }
     let src = b.declare_var(i64t);
     let dst = b.declare_var(i64t);
@@ -218,8 +245,14 @@ fn generate(mut b: FunctionBuilder<'_>, pipes: &[Pipe], store: bool, config: Tar
     b.switch_to_block(exit);
     let mut off = 0i32;
     for v in &vars {
-        for &var in v {
+        for (&var, &w) in v.vars.iter().zip(&v.wide) {
             let x = b.use_var(var);
+            let x = if w {
+                let (lo, hi) = b.ins().isplit(x);
+                add_carry(&mut b, lo, hi)
+            } else {
+                x
+            };
             b.ins().store(MemFlagsData::trusted(), x, regs, off);
             off += 8;
         }
@@ -230,15 +263,18 @@ fn generate(mut b: FunctionBuilder<'_>, pipes: &[Pipe], store: bool, config: Tar
 }
 
 /// One word through every pipe; returns the word to store.
-fn gen_word(
-    b: &mut FunctionBuilder<'_>,
-    pipes: &[Pipe],
-    vars: &[Vec<Variable>],
-    w: Value,
-) -> Value {
+fn gen_word(b: &mut FunctionBuilder<'_>, pipes: &[Pipe], vars: &[PipeVars], w: Value) -> Value {
     let mut w = w;
     for (p, v) in pipes.iter().zip(vars) {
         let lanes = p.lanes();
+        match v.lanewise {
+            Some(Lanewise::Identity) => continue,
+            Some(Lanewise::ByteSwap) => {
+                w = lanes_bswap(b, p.input, w);
+                continue;
+            }
+            None => {}
+        }
         if lanes == 1 {
             w = gen_pipe(b, p, v, w);
             continue;
@@ -281,8 +317,9 @@ fn gen_word(
 
 /// One invocation of `pipe` on `input`; returns its output (the input if
 /// it is non-modifying), which the caller truncates to the lane.
-fn gen_pipe(b: &mut FunctionBuilder<'_>, pipe: &Pipe, vars: &[Variable], input: Value) -> Value {
+fn gen_pipe(b: &mut FunctionBuilder<'_>, pipe: &Pipe, pv: &PipeVars, input: Value) -> Value {
     let i64t = types::I64;
+    let vars = &pv.vars;
     // Validation guarantees every temporary is set before it is read, so
     // this initial value is never used.
     let mut temps = [input; MAX_TEMPS];
@@ -293,6 +330,21 @@ fn gen_pipe(b: &mut FunctionBuilder<'_>, pipe: &Pipe, vars: &[Variable], input: 
     };
     for insn in &pipe.code {
         let v = match *insn {
+            Insn::Bin {
+                op: BinOp::AddCarry,
+                dst: Reg::Persistent(q),
+                a,
+                b: c,
+            } if pv.wide[q as usize] => {
+                // `accumulators` made sure the other operand is not `q`.
+                let x = if a == Reg::Persistent(q) { c } else { a };
+                let x = read(b, &temps, x);
+                let x = b.ins().uextend(types::I128, x);
+                let acc = b.use_var(vars[q as usize]);
+                let sum = b.ins().iadd(acc, x);
+                b.def_var(vars[q as usize], sum);
+                continue;
+            }
             Insn::Input { .. } => input,
             Insn::Output { src } => {
                 output = read(b, &temps, src);
@@ -325,11 +377,7 @@ fn gen_pipe(b: &mut FunctionBuilder<'_>, pipe: &Pipe, vars: &[Variable], input: 
                 let y = read(b, &temps, c);
                 match op {
                     BinOp::Add => b.ins().iadd(x, y),
-                    BinOp::AddCarry => {
-                        let (s, carry) = b.ins().uadd_overflow(x, y);
-                        let carry = b.ins().uextend(i64t, carry);
-                        b.ins().iadd(s, carry)
-                    }
+                    BinOp::AddCarry => add_carry(b, x, y),
                     BinOp::Sub => b.ins().isub(x, y),
                     BinOp::Xor => b.ins().bxor(x, y),
                     BinOp::And => b.ins().band(x, y),
@@ -359,5 +407,116 @@ fn gen_pipe(b: &mut FunctionBuilder<'_>, pipe: &Pipe, vars: &[Variable], input: 
         input
     } else {
         output
+    }
+}
+
+fn add_carry(b: &mut FunctionBuilder<'_>, x: Value, y: Value) -> Value {
+    let (s, carry) = b.ins().uadd_overflow(x, y);
+    let carry = b.ins().uextend(types::I64, carry);
+    b.ins().iadd(s, carry)
+}
+
+/// A pipe's persistent registers in the loop.
+struct PipeVars {
+    vars: Vec<Variable>,
+    /// Which are accumulators, kept as 128-bit sums.
+    wide: Vec<bool>,
+    lanewise: Option<Lanewise>,
+}
+
+/// Which persistent registers are only ever updated as `p = p +' x` with
+/// `x` another register, and read nowhere else.
+fn accumulators(pipe: &Pipe) -> Vec<bool> {
+    (0..pipe.persistent.len())
+        .map(|q| {
+            let me = Reg::Persistent(q as u8);
+            let mut accumulated = false;
+            for insn in &pipe.code {
+                if let Insn::Bin {
+                    op: BinOp::AddCarry,
+                    dst,
+                    a,
+                    b,
+                } = *insn
+                {
+                    if dst == me && (a == me) != (b == me) {
+                        accumulated = true;
+                        continue;
+                    }
+                }
+                let (dst, srcs) = insn.operands();
+                if dst == Some(me) || srcs.contains(&Some(me)) {
+                    return false;
+                }
+            }
+            accumulated
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lanewise {
+    Identity,
+    ByteSwap,
+}
+
+/// Whether the pipe is a pure lane-wise function the word can run through
+/// at once: no persistent registers (so no effect but its output), several
+/// lanes, and an output that is the input or its byte swap at the gauge.
+fn lanewise(pipe: &Pipe) -> Option<Lanewise> {
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Sym {
+        Input,
+        Swapped,
+        Other,
+    }
+    if !pipe.persistent.is_empty() || pipe.non_modifying || pipe.lanes() == 1 {
+        return None;
+    }
+    let mut temps = [Sym::Other; MAX_TEMPS];
+    let mut out = Sym::Other;
+    let sym = |temps: &[Sym; MAX_TEMPS], r: Reg| match r {
+        Reg::Temp(t) => temps[t as usize],
+        Reg::Persistent(_) => Sym::Other,
+    };
+    for insn in &pipe.code {
+        let v = match *insn {
+            Insn::Input { .. } => Sym::Input,
+            Insn::Mov { src, .. } => sym(&temps, src),
+            Insn::Bswap { src, width, .. }
+                if width == pipe.input && sym(&temps, src) == Sym::Input =>
+            {
+                Sym::Swapped
+            }
+            Insn::Output { src } => {
+                out = sym(&temps, src);
+                continue;
+            }
+            _ => Sym::Other,
+        };
+        if let Some(Reg::Temp(t)) = insn.operands().0 {
+            temps[t as usize] = v;
+        }
+    }
+    match out {
+        Sym::Input => Some(Lanewise::Identity),
+        Sym::Swapped => Some(Lanewise::ByteSwap),
+        Sym::Other => None,
+    }
+}
+
+/// Swaps the bytes of every `g`-bit lane of `w` (g is 16 or 32: a 64-bit
+/// pipe has one lane).
+fn lanes_bswap(b: &mut FunctionBuilder<'_>, g: Gauge, w: Value) -> Value {
+    if g == Gauge::G32 {
+        let s = b.ins().bswap(w);
+        b.ins().rotl_imm_u(s, 32)
+    } else {
+        let m = 0x00ff_00ff_00ff_00ff_i64;
+        let hi = b.ins().ushr_imm_u(w, 8);
+        let hi = b.ins().band_imm_u(hi, m);
+        let lo = b.ins().band_imm_u(w, m);
+        let lo = b.ins().ishl_imm_u(lo, 8);
+        b.ins().bor(hi, lo)
     }
 }
