@@ -25,19 +25,49 @@ pub struct TwoHosts {
 /// Starts A and B joined by a memwire. `name` keeps the control sockets
 /// apart from those of other pairs, in this process and in others.
 pub fn two_hosts(name: &str) -> io::Result<TwoHosts> {
+    two_hosts_scheduled(name, None)
+}
+
+/// As [`two_hosts`], each multiplexer thread under this real-time policy
+/// and priority (as a kernel's receive path runs ahead of user processes;
+/// needs root).
+pub fn two_hosts_scheduled(name: &str, sched: Option<(i32, i32)>) -> io::Result<TwoHosts> {
     let (x, y) = memwire::pair()?;
     Ok(TwoHosts {
-        a: daemon(&format!("{name}-a"), x, A)?,
-        b: daemon(&format!("{name}-b"), y, B)?,
+        a: daemon(&format!("{name}-a"), x, A, sched)?,
+        b: daemon(&format!("{name}-b"), y, B, sched)?,
     })
 }
 
-fn daemon(name: &str, link: memwire::MemWire, ip: Ipv4Addr) -> io::Result<Running> {
+fn daemon(
+    name: &str,
+    link: memwire::MemWire,
+    ip: Ipv4Addr,
+    sched: Option<(i32, i32)>,
+) -> io::Result<Running> {
     let path = std::env::temp_dir().join(format!("exonet-{}-{name}.sock", std::process::id()));
     Daemon::spawn(
-        move || Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default())),
+        move || {
+            if let Some((policy, priority)) = sched {
+                set_scheduler(0, policy, priority)?;
+            }
+            Ok(Mux::new(Box::new(link), vec![ip], MuxConfig::default()))
+        },
         DaemonConfig::new(path, vec![(ip, 24)]),
     )
+}
+
+/// Puts thread or process `tid` (0: the calling thread) under a scheduling
+/// policy (`libc::SCHED_FIFO`, `SCHED_RR`, `SCHED_OTHER`) at a priority.
+pub fn set_scheduler(tid: i32, policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads one sched_param from a live local.
+    if unsafe { libc::sched_setscheduler(tid, policy, &param) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A and B joined by a memwire, each a stack whose multiplexer runs in this

@@ -86,6 +86,8 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
     ("rx kcyc", &["rx_cycles"]),
     ("copy kcyc", &["copy_cycles"]),
     ("tx kcyc", &["tx_cycles"]),
+    ("ash kcyc", &["handler_cycles"]),
+    ("ash over", &["handler_over_budget"]),
 ];
 
 const CHANNEL_COLUMNS: &[(&str, &[&str])] = &[
@@ -98,6 +100,17 @@ const CHANNEL_COLUMNS: &[(&str, &[&str])] = &[
     ("tx bytes", &["tx_bytes"]),
     ("mismatch", &["tx_template_mismatch"]),
     ("no head", &["tx_frag_no_head"]),
+    ("ash runs", &["handler_runs"]),
+    (
+        "ash aborts",
+        &[
+            "handler_aborts",
+            "handler_out_of_fuel",
+            "handler_traps",
+            "handler_bad_verdict",
+        ],
+    ),
+    ("ash sent", &["handler_sent"]),
 ];
 
 fn tables(records: &[Record]) -> String {

@@ -23,11 +23,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use exonet_dpf::Filter;
+use exonet_shm::control::HandlerSpec;
 use exonet_shm::control::{
     ErrorCode, PeerCred, Record, Reply, Request, SeqListener, SeqPacket, CONTROL_VERSION,
     MAX_MESSAGE, STATS_PAGE,
 };
-use exonet_shm::{Doorbell, Doorbells, Segment};
+use exonet_shm::{read_blob, Doorbell, Doorbells, Segment};
 
 use crate::{ChannelId, ChannelSpec, EndpointId, Idle, Mux, MuxError, Proto, RunConfig, Template};
 
@@ -317,6 +318,18 @@ impl Daemon {
 
     /// The endpoint, if the connection owns it and may bind one more
     /// channel.
+    /// A channel of one of this connection's endpoints.
+    fn owned_channel(&self, conn: u64, channel: u32) -> Result<ChannelId, (ErrorCode, String)> {
+        let ch = ChannelId(channel);
+        match self.mux.channel_owner(ch) {
+            Some(ep) if self.owned(conn, ep.0).is_ok() => Ok(ch),
+            _ => Err((
+                ErrorCode::NoSuchChannel,
+                format!("no channel {channel} on this connection"),
+            )),
+        }
+    }
+
     fn channel_room(
         &self,
         conn: u64,
@@ -342,7 +355,11 @@ impl Daemon {
             ..Holdings::default()
         });
         let (n_endpoints, n_channels) = (holdings.endpoints.len(), holdings.channels);
-        if !matches!(req, Request::CreateEndpoint) && !fds.is_empty() {
+        if !matches!(
+            req,
+            Request::CreateEndpoint | Request::InstallHandler { .. }
+        ) && !fds.is_empty()
+        {
             return Err(bad("descriptors on a request that takes none"));
         }
         match req {
@@ -424,17 +441,37 @@ impl Daemon {
                     port: 0,
                 })
             }
+            Request::InstallHandler {
+                channel,
+                module_len,
+                window,
+                fuel,
+                pipe_lists,
+            } => {
+                let ch = self.owned_channel(conn, channel)?;
+                let [fd] = <[OwnedFd; 1]>::try_from(fds).map_err(|_| {
+                    bad("a handler install carries one descriptor: the module's memfd")
+                })?;
+                let module = read_blob(&fd, module_len as usize)
+                    .map_err(|e| (ErrorCode::BadHandler, format!("handler module: {e}")))?;
+                let spec = HandlerSpec {
+                    module: Vec::new(),
+                    pipe_lists,
+                    window,
+                    fuel,
+                };
+                self.mux
+                    .install_handler(ch, &spec, &module)
+                    .map_err(refused)?;
+                Ok(Reply::Ok)
+            }
+            Request::RemoveHandler { channel } => {
+                let ch = self.owned_channel(conn, channel)?;
+                self.mux.set_handler(ch, None).map_err(refused)?;
+                Ok(Reply::Ok)
+            }
             Request::Unbind { channel } => {
-                let ch = ChannelId(channel);
-                match self.mux.channel_owner(ch) {
-                    Some(ep) if self.owned(conn, ep.0).is_ok() => {}
-                    _ => {
-                        return Err((
-                            ErrorCode::NoSuchChannel,
-                            format!("no channel {channel} on this connection"),
-                        ))
-                    }
-                }
+                let ch = self.owned_channel(conn, channel)?;
                 self.mux.unbind_channel(ch).map_err(refused)?;
                 let h = self.holdings(conn);
                 h.channels = h.channels.saturating_sub(1);
@@ -661,6 +698,7 @@ pub(crate) fn refused(e: MuxError) -> (ErrorCode, String) {
         MuxError::PortInUse { .. } | MuxError::InTimeWait { .. } => ErrorCode::PortInUse,
         MuxError::NoPortsLeft(_) => ErrorCode::NoPortsLeft,
         MuxError::NotOurAddress(_) => ErrorCode::NotOurAddress,
+        MuxError::BadHandler(_) => ErrorCode::BadHandler,
     };
     (code, e.to_string())
 }

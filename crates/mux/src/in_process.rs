@@ -8,7 +8,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use exonet_shm::control::{ControlError, HostInfo};
+use exonet_shm::control::{ControlError, HandlerSpec, HostInfo};
 use exonet_shm::{AppEndpoint, Segment, SegmentConfig};
 use exonet_stack::Multiplexer;
 
@@ -78,6 +78,16 @@ impl Multiplexer for InProcess {
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {
         Ok(self.mux.unbind_channel(ChannelId(channel))?)
+    }
+
+    fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()> {
+        Ok(self
+            .mux
+            .install_handler(ChannelId(channel), spec, &spec.module)?)
+    }
+
+    fn remove_handler(&mut self, channel: u32) -> io::Result<()> {
+        Ok(self.mux.set_handler(ChannelId(channel), None)?)
     }
 
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {

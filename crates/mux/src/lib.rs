@@ -51,6 +51,7 @@ mod conn;
 pub mod control;
 pub mod cycles;
 pub mod frag;
+mod handlers;
 pub mod host;
 mod ident;
 mod in_process;
@@ -70,14 +71,19 @@ use exonet_shm::{Desc, IdMap, MuxEndpoint, INLINE_MAX};
 use exonet_wire::tcp::flags;
 
 pub use control::{Daemon, DaemonConfig, Running, StopHandle};
+pub use exonet_ash;
 pub use frag::{FragKind, FragPool, FragStats};
+pub use handlers::{Handler, HandlerLimits};
 pub use host::{HostConfig, HostStats, TokenBucket};
 pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
 use conn::{ConnTrack, Fate, TimeWaits, Tuple};
+use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
+use exonet_shm::control::HandlerSpec;
 use frag::To;
+use handlers::Budget;
 use host::Host;
 use ident::{Idents, TxFrags};
 use registry::Ports;
@@ -112,19 +118,6 @@ pub enum HandlerVerdict {
     Deliver,
 }
 
-/// Runs in the multiplexer when a frame arrives on its channel, before
-/// delivery (the place where ASH handlers run). Its time is charged to the
-/// channel's endpoint.
-pub trait Handler: Send {
-    fn on_frame(&mut self, frame: &[u8]) -> HandlerVerdict;
-}
-
-impl<F: FnMut(&[u8]) -> HandlerVerdict + Send> Handler for F {
-    fn on_frame(&mut self, frame: &[u8]) -> HandlerVerdict {
-        self(frame)
-    }
-}
-
 /// Why a control operation failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MuxError {
@@ -147,6 +140,9 @@ pub enum MuxError {
         local: (Ipv4Addr, u16),
         remote: (Ipv4Addr, u16),
     },
+    /// A handler (module, pipe list or window) that does not validate or
+    /// compile.
+    BadHandler(String),
 }
 
 impl fmt::Display for MuxError {
@@ -164,6 +160,7 @@ impl fmt::Display for MuxError {
                 "TCP {}:{} to {}:{} is in TIME-WAIT",
                 local.0, local.1, remote.0, remote.1
             ),
+            MuxError::BadHandler(why) => write!(f, "handler refused: {why}"),
         }
     }
 }
@@ -214,6 +211,8 @@ pub struct MuxConfig {
     /// Most TCP connections held in TIME-WAIT at once; a new one evicts the
     /// one that would expire first.
     pub time_wait_max: usize,
+    /// Fuel, memory and sends of handlers (ASH).
+    pub handlers: HandlerLimits,
     pub host: HostConfig,
 }
 
@@ -232,6 +231,7 @@ impl Default for MuxConfig {
             tx_frag_timeout: Duration::from_secs(5),
             msl: Duration::from_secs(30),
             time_wait_max: 4096,
+            handlers: HandlerLimits::default(),
             host: HostConfig::default(),
         }
     }
@@ -333,6 +333,13 @@ pub struct EndpointStats {
     /// Cycles spent transmitting for it (reading, copying, checking,
     /// sending).
     pub tx_cycles: u64,
+    /// Cycles its handlers ran (part of `rx_cycles`), and the fuel they
+    /// burnt.
+    pub handler_cycles: u64,
+    pub handler_fuel: u64,
+    /// Frames delivered without their handler: the endpoint's handlers had
+    /// used their budget for the period ([`HandlerLimits::budget`]).
+    pub handler_over_budget: u64,
 }
 
 impl EndpointStats {
@@ -371,6 +378,9 @@ impl EndpointStats {
             ("rx_cycles", self.rx_cycles),
             ("copy_cycles", self.copy_cycles),
             ("tx_cycles", self.tx_cycles),
+            ("handler_cycles", self.handler_cycles),
+            ("handler_fuel", self.handler_fuel),
+            ("handler_over_budget", self.handler_over_budget),
         ]
     }
 }
@@ -388,6 +398,13 @@ impl ChannelStats {
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_frag_no_head", self.tx_frag_no_head),
             ("tcp_malformed", self.tcp_malformed),
+            ("handler_runs", self.handler_runs),
+            ("handler_aborts", self.handler_aborts),
+            ("handler_out_of_fuel", self.handler_out_of_fuel),
+            ("handler_traps", self.handler_traps),
+            ("handler_bad_verdict", self.handler_bad_verdict),
+            ("handler_sent", self.handler_sent),
+            ("handler_send_refused", self.handler_send_refused),
         ]
     }
 }
@@ -415,6 +432,18 @@ pub struct ChannelStats {
     /// the connection tracking could not read (the `conn` module); they
     /// went their way untracked.
     pub tcp_malformed: u64,
+    /// Times its handler ran; of those, the aborts: asked for by the
+    /// handler, out of fuel, trapped (out of bounds, unreachable, stack
+    /// overflow, an import misused...), or an unknown verdict. An aborted
+    /// frame is delivered untouched.
+    pub handler_runs: u64,
+    pub handler_aborts: u64,
+    pub handler_out_of_fuel: u64,
+    pub handler_traps: u64,
+    pub handler_bad_verdict: u64,
+    /// Frames its handler sent, and those the template refused.
+    pub handler_sent: u64,
+    pub handler_send_refused: u64,
 }
 
 /// A snapshot of one channel.
@@ -469,6 +498,8 @@ struct Endpoint {
     rx_pending: u32,
     /// Entries taken from free in this batch, given back at its end.
     free_taken: u32,
+    /// Its handlers' fuel in this period.
+    budget: Budget,
 }
 
 struct Channel {
@@ -513,6 +544,18 @@ pub struct Mux {
     lens: Vec<usize>,
     tx_buf: Vec<u8>,
     scan: Vec<EndpointId>,
+    /// Compiles handlers; made at the first install.
+    engine: Option<Engine>,
+    /// What handlers sent in this batch, sent at its end.
+    handler_tx: HandlerTx,
+}
+
+/// Frames handlers sent during a receive batch: one invocation's outbox,
+/// then the batch's frames with their channels, checked and sent after it.
+struct HandlerTx {
+    outbox: Outbox,
+    arena: Vec<u8>,
+    frames: Vec<(u32, std::ops::Range<usize>)>,
 }
 
 impl Mux {
@@ -543,6 +586,12 @@ impl Mux {
             lens: Vec::with_capacity(rx_batch),
             tx_buf: vec![0; 65536],
             scan: Vec::new(),
+            engine: None,
+            handler_tx: HandlerTx {
+                outbox: Outbox::new(config.handlers.sends, slot),
+                arena: Vec::new(),
+                frames: Vec::new(),
+            },
             link,
         }
     }
@@ -580,6 +629,7 @@ impl Mux {
                 stats: EndpointStats::default(),
                 rx_pending: 0,
                 free_taken: 0,
+                budget: Budget::default(),
             },
         );
         id
@@ -873,6 +923,40 @@ impl Mux {
         Ok(())
     }
 
+    /// Installs an application's handler (ASH) on one of its channels,
+    /// replacing any it had: validates and compiles its pipe lists and
+    /// module (`module`, the bytes `spec.module` stands for when they came
+    /// in a memfd), and checks its window against the endpoint's frame
+    /// area. Refusals are [`MuxError::BadHandler`] with the reason.
+    pub fn install_handler(
+        &mut self,
+        ch: ChannelId,
+        spec: &HandlerSpec,
+        module: &[u8],
+    ) -> Result<(), MuxError> {
+        let owner = self.channel_owner(ch).ok_or(MuxError::NoSuchChannel(ch))?;
+        let e = self
+            .endpoints
+            .get(&owner)
+            .ok_or(MuxError::NoSuchEndpoint(owner))?;
+        let engine = match &self.engine {
+            Some(engine) => engine,
+            None => self
+                .engine
+                .insert(Engine::new().map_err(|e| MuxError::BadHandler(e.to_string()))?),
+        };
+        let h = handlers::download(
+            engine,
+            spec,
+            module,
+            &e.ep.frames,
+            &self.config.handlers,
+            self.slot,
+        )
+        .map_err(MuxError::BadHandler)?;
+        self.set_handler(ch, Some(Box::new(h)))
+    }
+
     /// The channels of an endpoint.
     pub fn channels_of(&self, ep: EndpointId) -> Vec<ChannelId> {
         self.endpoints
@@ -1113,7 +1197,53 @@ impl Mux {
             }
         }
         self.flush_host()?;
+        self.flush_handler_tx();
         Ok(n)
+    }
+
+    /// Sends what handlers sent in the batch, each frame checked against
+    /// its channel's template as the application's own frames are.
+    fn flush_handler_tx(&mut self) {
+        if self.handler_tx.frames.is_empty() {
+            return;
+        }
+        let mut clock = None;
+        let HandlerTx { arena, frames, .. } = &mut self.handler_tx;
+        for (chan, range) in frames.drain(..) {
+            let Some(ch) = self.channels.get_mut(&chan) else {
+                continue;
+            };
+            let frame = &mut arena[range];
+            let fits = check_tx(ch, frame, &mut self.host.idents, &mut clock).is_ok()
+                && frame.len() >= exonet_link::MIN_FRAME_LEN
+                && frame.len() <= self.link.max_frame_len();
+            let e = self.endpoints.get_mut(&ch.endpoint);
+            if !fits {
+                ch.stats.handler_send_refused += 1;
+                ch.stats.tx_template_mismatch += 1;
+                if let Some(e) = e {
+                    e.stats.tx_template_mismatch += 1;
+                }
+                continue;
+            }
+            let sent = matches!(self.link.send_batch(&[frame]), Ok(1));
+            let Some(e) = e else { continue };
+            if sent {
+                ch.stats.handler_sent += 1;
+                ch.stats.tx_frames += 1;
+                ch.stats.tx_bytes += frame.len() as u64;
+                e.stats.tx_frames += 1;
+                e.stats.tx_bytes += frame.len() as u64;
+                if let Some(conn) = &mut ch.conn {
+                    if !conn.on_sent(frame) {
+                        ch.stats.tcp_malformed += 1;
+                    }
+                }
+            } else {
+                e.stats.tx_link_error += 1;
+            }
+        }
+        arena.clear();
     }
 
     fn deliver_batch(&mut self, n: usize, clock: Instant) {
@@ -1174,9 +1304,20 @@ impl Mux {
                     c => c,
                 };
                 let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
+                let (hx, limits) = (&mut self.handler_tx, &self.config.handlers);
                 let free_retries = self.config.free_retries;
                 let owner = chan.and_then(|c| {
-                    to_channel(channels, endpoints, free_retries, c, frame, &waited, clock)
+                    to_channel(
+                        channels,
+                        endpoints,
+                        hx,
+                        limits,
+                        free_retries,
+                        c,
+                        frame,
+                        &waited,
+                        clock,
+                    )
                 });
                 let t = cycles::now();
                 let Some((e, copy)) = owner else {
@@ -1193,8 +1334,19 @@ impl Mux {
                             // hold: a listener, or the host's RST.
                             let again = self.dpf.demux(frame).map(|f| f.0);
                             let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
+                            let (hx, limits) = (&mut self.handler_tx, &self.config.handlers);
                             let taken = again.and_then(|c| {
-                                to_channel(channels, endpoints, free_retries, c, frame, &[], clock)
+                                to_channel(
+                                    channels,
+                                    endpoints,
+                                    hx,
+                                    limits,
+                                    free_retries,
+                                    c,
+                                    frame,
+                                    &[],
+                                    clock,
+                                )
                             });
                             if taken.is_none() {
                                 self.rx_unmatched += 1;
@@ -1349,11 +1501,15 @@ fn route_icmp_error(
 /// Runs the channel's handler on a frame, then on the fragments that
 /// waited for it, and delivers each it did not consume to the channel's
 /// endpoint; a connection channel's tracking sees each first, at `now`.
-/// Returns that endpoint, to charge, and the time spent copying into its
-/// segment; `None` if the channel or its endpoint is gone.
+/// What the handler sends waits in `hx` for the end of the batch. Returns
+/// that endpoint, to charge, and the time spent copying into its segment;
+/// `None` if the channel or its endpoint is gone.
+#[allow(clippy::too_many_arguments)]
 fn to_channel<'e>(
     channels: &mut IdMap<Channel>,
     endpoints: &'e mut BTreeMap<EndpointId, Endpoint>,
+    hx: &mut HandlerTx,
+    limits: &HandlerLimits,
     free_retries: u32,
     chan: u32,
     frame: &[u8],
@@ -1372,7 +1528,13 @@ fn to_channel<'e>(
             }
         }
         let verdict = match &mut ch.handler {
-            Some(h) => h.on_frame(f),
+            Some(h) if e.budget.allows(now, limits) => {
+                run_handler(&mut **h, f, chan, e, &mut ch.stats, hx)
+            }
+            Some(_) => {
+                e.stats.handler_over_budget += 1;
+                HandlerVerdict::Deliver
+            }
             None => HandlerVerdict::Deliver,
         };
         match verdict {
@@ -1390,6 +1552,45 @@ fn to_channel<'e>(
         }
     }
     Some((e, copy))
+}
+
+/// One invocation of a channel's handler: charged to its endpoint, counted,
+/// and its sends queued unless it aborted (an abort delivers the frame
+/// untouched).
+fn run_handler(
+    h: &mut dyn Handler,
+    frame: &[u8],
+    chan: u32,
+    e: &mut Endpoint,
+    stats: &mut ChannelStats,
+    hx: &mut HandlerTx,
+) -> HandlerVerdict {
+    hx.outbox.clear();
+    let t = cycles::now();
+    let run = h.on_frame(frame, &mut hx.outbox);
+    e.stats.handler_cycles += cycles::now().saturating_sub(t);
+    e.stats.handler_fuel += run.fuel;
+    e.budget.charge(run.fuel);
+    stats.handler_runs += 1;
+    let verdict = match run.outcome {
+        Outcome::Consumed => HandlerVerdict::Consumed,
+        Outcome::Deliver => HandlerVerdict::Deliver,
+        Outcome::Aborted(why) => {
+            match why {
+                Abort::Requested => stats.handler_aborts += 1,
+                Abort::OutOfFuel => stats.handler_out_of_fuel += 1,
+                Abort::Trap(_) => stats.handler_traps += 1,
+                Abort::BadVerdict(_) => stats.handler_bad_verdict += 1,
+            }
+            return HandlerVerdict::Deliver;
+        }
+    };
+    for f in hx.outbox.iter() {
+        let start = hx.arena.len();
+        hx.arena.extend_from_slice(f);
+        hx.frames.push((chan, start..hx.arena.len()));
+    }
+    verdict
 }
 
 /// Delivers one frame to an endpoint's rx ring; false if it was dropped

@@ -342,6 +342,55 @@ impl Frames {
         Ok(unsafe { self.map.at::<u8>(offset as u64) })
     }
 
+    /// Copies `out.len()` bytes at `offset` of the frame area (see
+    /// [`area_ptr`](Self::area_ptr)) out.
+    pub fn read_area(&self, offset: u32, out: &mut [u8]) -> Result<(), DescError> {
+        let src = self.area_ptr(offset, area_len(offset, out.len())?)?;
+        // SAFETY: `area_ptr` checked the range; `out` is private memory. A
+        // raw copy forms no reference to shared memory.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` to `offset` of the frame area.
+    pub fn write_area(&self, offset: u32, data: &[u8]) -> Result<(), DescError> {
+        let dst = self.area_ptr(offset, area_len(offset, data.len())?)?;
+        // SAFETY: as in `read_area`, the other way round.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+        Ok(())
+    }
+
+    /// The little-endian `u64` at `offset` of the frame area; read whole
+    /// (never torn by a concurrent store) when aligned.
+    pub fn load_u64(&self, offset: u32) -> Result<u64, DescError> {
+        let p = self.area_ptr(offset, 8)?.as_ptr().cast::<u64>();
+        // SAFETY: `area_ptr` checked the 8 bytes. An aligned volatile load
+        // is one instruction.
+        let v = unsafe {
+            if p.is_aligned() {
+                ptr::read_volatile(p)
+            } else {
+                ptr::read_unaligned(p)
+            }
+        };
+        Ok(u64::from_le(v))
+    }
+
+    /// Stores a little-endian `u64` at `offset` of the frame area, whole
+    /// when aligned.
+    pub fn store_u64(&self, offset: u32, v: u64) -> Result<(), DescError> {
+        let p = self.area_ptr(offset, 8)?.as_ptr().cast::<u64>();
+        // SAFETY: as in `load_u64`.
+        unsafe {
+            if p.is_aligned() {
+                ptr::write_volatile(p, v.to_le())
+            } else {
+                ptr::write_unaligned(p, v.to_le())
+            }
+        }
+        Ok(())
+    }
+
     /// Copies `data` to `offset`; all of it must land in one frame buffer.
     pub fn write(&self, offset: u32, data: &[u8]) -> Result<(), DescError> {
         let len = u32::try_from(data.len()).map_err(|_| DescError::TooLong {
@@ -373,6 +422,14 @@ impl Frames {
         unsafe { ptr::copy_nonoverlapping(src.as_ptr(), out.as_mut_ptr(), n) };
         Ok(n)
     }
+}
+
+/// A length that fits a descriptor's.
+fn area_len(offset: u32, n: usize) -> Result<u32, DescError> {
+    u32::try_from(n).map_err(|_| DescError::TooLong {
+        offset,
+        len: u32::MAX,
+    })
 }
 
 /// The application's side of an endpoint.

@@ -28,7 +28,7 @@ pub use frag::{fragment, FragError};
 pub use reasm::{DropCause, ReasmConfig, ReasmStats, Reassembler};
 pub use socket::{
     Echo, Event, Events, IcmpSocket, Interest, Multiplexer, Poll, Stack, StackConfig, StackStats,
-    TcpInfo, TcpListener, TcpStream, Token, UdpSocket,
+    TcpInfo, TcpListener, TcpStream, Token, UdpSocket, Window, MAX_WINDOW,
 };
 pub use time::Time;
 pub use timer::{TimerId, TimerWheel};

@@ -28,6 +28,7 @@ use clap::{Args, Subcommand};
 
 use report::Fail;
 
+pub mod ash_handlers;
 pub mod bpf;
 pub mod dpf;
 pub mod endpoint;

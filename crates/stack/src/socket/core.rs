@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use exonet_shm::control::{HostInfo, PROTO_UDP};
+use exonet_shm::control::{HandlerSpec, HostInfo, PROTO_UDP};
 use exonet_shm::{
     Consumer, Desc, Frames, IdMap, Notifier, Producer, SegmentConfig, Sleeper, INLINE_MAX,
 };
 use exonet_wire::ipv4::protocol;
 use exonet_wire::{checksum, IcmpRepr, Ipv4Packet, Ipv4Repr};
 
-use super::{Multiplexer, StackConfig};
+use super::{Multiplexer, StackConfig, Window};
 use crate::arp::{ArpCache, ArpStats, Lookup};
 use crate::frag::fragment;
 use crate::icmp::{Icmp, IcmpErrorKind, IcmpEvent, IcmpStats, UnreachCode};
@@ -191,6 +191,8 @@ pub(crate) struct Inner {
     tx: Producer,
     completion: Consumer,
     frames: Frames,
+    /// The segment's part the application's handlers may use.
+    pub window: Option<Window>,
     kick: Notifier,
     /// Send buffers not in flight.
     tx_pool: Vec<u32>,
@@ -249,6 +251,9 @@ impl From<io::Error> for SendError {
     }
 }
 
+/// The size of the segment's frame buffers.
+const FRAME_SIZE: usize = 2048;
+
 fn ring_error(e: impl std::fmt::Debug) -> io::Error {
     io::Error::other(format!("endpoint ring: {e:?}"))
 }
@@ -261,9 +266,10 @@ impl Inner {
     ) -> io::Result<(Inner, Sleeper)> {
         let frames = config.frames.clamp(8, 1 << 16);
         let ring = frames.next_power_of_two();
+        let window_frames = config.window.min(super::MAX_WINDOW).div_ceil(FRAME_SIZE) as u32;
         let seg = SegmentConfig {
-            frame_size: 2048,
-            frame_count: frames,
+            frame_size: FRAME_SIZE as u32,
+            frame_count: frames + window_frames,
             ring_entries: [ring; 4],
         };
         let (endpoint, app, in_process) = {
@@ -279,7 +285,16 @@ impl Inner {
             .iter()
             .map(|&(addr, prefix_len)| IfAddr { addr, prefix_len })
             .collect();
+        // The window's buffers come last and never go on a ring.
         let buffers: Vec<u32> = app.frames.layout().buffers().collect();
+        let (buffers, window) = buffers.split_at(frames as usize);
+        let window = window.first().map(|&offset| {
+            Window::new(
+                app.frames.clone(),
+                offset,
+                window_frames * FRAME_SIZE as u32,
+            )
+        });
         let (rx_bufs, tx_bufs) = buffers.split_at(buffers.len() / 2);
         let epoch = Instant::now();
         let tcp = TcpTable::new(config.tcp.clone())?;
@@ -293,6 +308,7 @@ impl Inner {
             tx: app.tx,
             completion: app.completion,
             frames: app.frames,
+            window,
             kick: app.kick,
             tx_pool: tx_bufs.to_vec(),
             to_free: rx_bufs.to_vec(),
@@ -344,6 +360,16 @@ impl Inner {
             let _ = self.kick.notify_if_sleeping();
         }
         lock(&self.mux)
+    }
+
+    /// Installs (`Some`) or removes a handler on a socket's channel. A
+    /// window the spec names must be this stack's [`Window`] or inside it.
+    pub fn set_handler(&self, id: usize, spec: Option<&HandlerSpec>) -> io::Result<()> {
+        let channel = self.sock(id).channel;
+        match spec {
+            Some(spec) => self.control().install_handler(channel, spec),
+            None => self.control().remove_handler(channel),
+        }
     }
 
     /// How long a neighbour is tried before it is given up.

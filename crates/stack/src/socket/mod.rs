@@ -18,6 +18,7 @@ mod multiplexer;
 mod poll;
 mod tcp;
 mod udp;
+mod window;
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
@@ -40,6 +41,7 @@ pub use multiplexer::Multiplexer;
 pub use poll::{Event, Events, Interest, Poll, Token};
 pub use tcp::{TcpInfo, TcpListener, TcpStream};
 pub use udp::UdpSocket;
+pub use window::Window;
 
 use self::core::{lock, Inner, SendError};
 
@@ -64,7 +66,15 @@ pub struct StackConfig {
     /// How long connections the application closed get to deliver their data
     /// and FIN when the stack goes away (afterwards the multiplexer resets them).
     pub linger: Duration,
+    /// Bytes of the segment set aside as the application's [`Window`]: the
+    /// memory its handlers (ASH) may read and write. Rounded up to whole
+    /// frame buffers, which are kept off the free ring; at most
+    /// [`MAX_WINDOW`].
+    pub window: usize,
 }
+
+/// The largest [`StackConfig::window`].
+pub const MAX_WINDOW: usize = 64 << 20;
 
 impl Default for StackConfig {
     fn default() -> Self {
@@ -88,6 +98,7 @@ impl Default for StackConfig {
                 ..TcpConfig::default()
             },
             linger: Duration::from_secs(2),
+            window: 0,
         }
     }
 }
@@ -200,6 +211,12 @@ impl Stack {
     /// The library's counters for this endpoint.
     pub fn stats(&self) -> StackStats {
         self.shared.lock().stats()
+    }
+
+    /// The part of the segment set aside for handlers
+    /// ([`StackConfig::window`]), if any.
+    pub fn window(&self) -> Option<Window> {
+        self.shared.lock().window.clone()
     }
 
     /// Moves the rings forward and runs due timers without waiting (an event loop

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
-use exonet_shm::control::{Client, HostInfo};
+use exonet_shm::control::{Client, HandlerSpec, HostInfo};
 use exonet_shm::{AppEndpoint, SegmentConfig};
 
 /// The multiplexer's services to one application.
@@ -32,6 +32,10 @@ pub trait Multiplexer: Send {
     ) -> io::Result<(u32, u16)>;
     /// Removes a channel.
     fn unbind(&mut self, channel: u32) -> io::Result<()>;
+    /// Installs a handler (ASH) on a channel, replacing any it had.
+    fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()>;
+    /// Removes a channel's handler.
+    fn remove_handler(&mut self, channel: u32) -> io::Result<()>;
     /// The MAC of a neighbour, or `None` while the multiplexer asks the wire.
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>>;
     /// A descriptor that hangs up when the multiplexer goes away.
@@ -76,6 +80,14 @@ impl Multiplexer for Client {
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {
         Ok(Client::unbind(self, channel)?)
+    }
+
+    fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()> {
+        Ok(Client::install_handler(self, channel, spec)?)
+    }
+
+    fn remove_handler(&mut self, channel: u32) -> io::Result<()> {
+        Ok(Client::remove_handler(self, channel)?)
     }
 
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::core::{Kind, SendError, MAX_UDP_PAYLOAD};
 use super::{v4, Handle, Stack};
+use exonet_shm::control::HandlerSpec;
 use exonet_wire::checksum::copy_and_sum;
 
 /// A UDP socket on a [`Stack`]: a channel of its endpoint, bound through the
@@ -203,6 +204,22 @@ impl UdpSocket {
 
     pub fn broadcast(&self) -> io::Result<bool> {
         Ok(self.h.with(|s| s.broadcast))
+    }
+
+    /// Installs a handler (ASH) on this socket's channel, replacing any it
+    /// had: the multiplexer runs it on every datagram for this socket
+    /// before delivery, and what it does not consume arrives here as usual.
+    /// Its window, if any, is the stack's [`Window`](super::Window)
+    /// (`(window.offset(), window.len())`) or a part of it.
+    pub fn install_handler(&self, spec: &HandlerSpec) -> io::Result<()> {
+        let g = self.h.stack().shared().lock();
+        g.set_handler(self.h.id(), Some(spec))
+    }
+
+    /// Removes this socket's handler.
+    pub fn remove_handler(&self) -> io::Result<()> {
+        let g = self.h.stack().shared().lock();
+        g.set_handler(self.h.id(), None)
     }
 
     pub(crate) fn id(&self) -> usize {

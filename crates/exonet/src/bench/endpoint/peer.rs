@@ -119,6 +119,10 @@ impl Peer {
         })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits at most `limit` for the child to exit by itself (it is killed
     /// otherwise). Its stdout if it succeeded; its stderr as the reason if
     /// not ([`EXIT_SKIP`]: a skip).
