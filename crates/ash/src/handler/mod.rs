@@ -149,9 +149,8 @@ impl Engine {
             .wasm_backtrace_max_frames(None)
             .wasm_features(WasmFeatures::all(), false)
             .wasm_features(allowed_features(), true);
-        let engine =
-            wasmtime::Engine::new(&c).map_err(|e| InstallError::Engine(format!("{e:#}")))?;
-        let linker = host::linker(&engine).map_err(|e| InstallError::Engine(format!("{e:#}")))?;
+        let engine = wasmtime::Engine::new(&c).map_err(|e| InstallError::Engine(one_line(&e)))?;
+        let linker = host::linker(&engine).map_err(|e| InstallError::Engine(one_line(&e)))?;
         Ok(Engine {
             engine,
             linker: Arc::new(linker),
@@ -248,7 +247,7 @@ impl Abort {
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => Abort::OutOfFuel,
             Some(t) => Abort::Trap(t.to_string()),
-            None => Abort::Trap(format!("{e:#}")),
+            None => Abort::Trap(one_line(e)),
         }
     }
 }
@@ -353,6 +352,17 @@ impl fmt::Display for InstallError {
 }
 
 impl std::error::Error for InstallError {}
+
+/// A wasmtime error with its causes, on one line (WAT parse errors span
+/// several, pointing at the source).
+fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 fn ty_name(t: Ty) -> &'static str {
     match t {
@@ -473,8 +483,8 @@ impl Handler {
         if wasm.len() > MAX_MODULE_LEN {
             return Err(InstallError::TooLarge { len: wasm.len() });
         }
-        let module = Module::new(&engine.engine, wasm)
-            .map_err(|e| InstallError::Malformed(format!("{e:#}")))?;
+        let module =
+            Module::new(&engine.engine, wasm).map_err(|e| InstallError::Malformed(one_line(&e)))?;
         check_imports(&module)?;
         check_entry(&module)?;
         check_resources(&module, &config)?;
@@ -494,7 +504,7 @@ impl Handler {
         store.limiter(|h| h);
         store
             .set_fuel(config.fuel)
-            .map_err(|e| InstallError::Engine(format!("{e:#}")))?;
+            .map_err(|e| InstallError::Engine(one_line(&e)))?;
         let instance = engine
             .linker
             .instantiate(&mut store, &module)
@@ -502,14 +512,14 @@ impl Handler {
                 if e.is::<Trap>() || e.is::<HostAbort>() {
                     InstallError::Start(Abort::of(&e))
                 } else {
-                    InstallError::Instantiate(format!("{e:#}"))
+                    InstallError::Instantiate(one_line(&e))
                 }
             })?;
         let memory = instance.get_memory(&mut store, "memory");
         store.data_mut().memory = memory;
         let entry = instance
             .get_typed_func::<i32, i32>(&mut store, ENTRY)
-            .map_err(|e| InstallError::EntryType(format!("{e:#}")))?;
+            .map_err(|e| InstallError::EntryType(one_line(&e)))?;
         let stack_pointer = instance
             .get_global(&mut store, "__stack_pointer")
             .filter(|g| g.ty(&store).mutability() == Mutability::Var)
