@@ -525,3 +525,22 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> Res<Linker<Host>> {
     l.func_wrap(MODULE, "abort", abort)?;
     Ok(l)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// exonet_ash.h declares exactly the imports the runtime provides.
+    #[test]
+    fn the_header_declares_every_import() {
+        let header = include_str!("../../include/exonet_ash.h");
+        let declared: Vec<&str> = header
+            .split("ASH_IMPORT(")
+            .skip(1)
+            .filter_map(|rest| rest.split_once(')').map(|(name, _)| name))
+            .filter(|name| *name != "name")
+            .collect();
+        let provided: Vec<&str> = IMPORTS.iter().map(|(name, ..)| *name).collect();
+        assert_eq!(declared, provided);
+    }
+}

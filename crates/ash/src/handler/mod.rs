@@ -585,3 +585,31 @@ impl Handler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The import table the install checks use matches the linker: a module
+    /// importing everything, with the table's types, links.
+    #[test]
+    fn every_import_links_with_its_declared_type() {
+        let imports: String = IMPORTS
+            .iter()
+            .map(|(name, params, results)| {
+                let list = |ts: &[Ty]| ts.iter().map(|&t| ty_name(t)).collect::<Vec<_>>().join(" ");
+                format!(
+                    r#"(import "{MODULE}" "{name}" (func (param {}) (result {})))"#,
+                    list(params),
+                    list(results)
+                )
+            })
+            .collect();
+        let wat = format!(
+            r#"(module {imports} (func (export "{ENTRY}") (param i32) (result i32) (i32.const 1)))"#
+        );
+        let engine = Engine::new().expect("engine");
+        let h = Handler::install(&engine, wat.as_bytes(), vec![], None, HandlerConfig::default());
+        assert!(h.is_ok(), "{:?}", h.err());
+    }
+}
