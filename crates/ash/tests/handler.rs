@@ -5,16 +5,18 @@ mod common;
 
 use common::*;
 use exonet_ash::handler::examples::{self, CacheLayout};
-use exonet_ash::handler::{Abort, Handler, HandlerConfig, Outbox, Outcome};
+use exonet_ash::handler::{Abort, Engine, Handler, HandlerConfig, Outbox, Outcome};
 use exonet_ash::Transfer;
 
 const ABORTED: Outcome = Outcome::Aborted(Abort::Requested);
 
 #[test]
-fn handler_is_send() {
+fn handlers_can_move_to_the_multiplexer_thread() {
     fn send<T: Send>() {}
+    fn shared<T: Send + Sync + Clone>() {}
     send::<Handler>();
     send::<Outbox>();
+    shared::<Engine>();
 }
 
 #[test]

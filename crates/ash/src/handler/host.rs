@@ -190,7 +190,7 @@ fn charge(c: &mut Caller<'_, Host>, fuel: u64) -> Res<()> {
     }
 }
 
-/// A length or frame offset argument, which must not be negative.
+/// A length, frame offset or index argument, which must not be negative.
 fn unsigned(import: &str, what: &str, v: i32) -> Res<usize> {
     usize::try_from(v).map_err(|_| misuse(format!("{import}: negative {what} {v}")))
 }
@@ -238,10 +238,6 @@ fn transfer<'h>(host: &'h mut Host, import: &str, pl: i32) -> Res<&'h mut Box<dy
         .ok()
         .and_then(|i| host.transfers.get_mut(i))
         .ok_or_else(|| misuse(format!("{import}: no pipe list {pl}")))
-}
-
-fn index(import: &str, v: i32) -> Res<usize> {
-    usize::try_from(v).map_err(|_| misuse(format!("{import}: negative index {v}")))
 }
 
 fn msg_len(c: Caller<'_, Host>) -> i32 {
@@ -425,7 +421,10 @@ fn window_store64(c: Caller<'_, Host>, off: i32, v: i64) -> Res<()> {
 }
 
 fn pipe_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32) -> Res<i64> {
-    let (pipe_i, reg_i) = (index("pipe_reg", pipe)?, index("pipe_reg", reg)?);
+    let (pipe_i, reg_i) = (
+        unsigned("pipe_reg", "index", pipe)?,
+        unsigned("pipe_reg", "index", reg)?,
+    );
     transfer(c.data_mut(), "pipe_reg", pl)?
         .reg(pipe_i, reg_i)
         .map(|v| v as i64)
@@ -437,7 +436,10 @@ fn pipe_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32) -> Res<i64> {
 }
 
 fn pipe_set_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32, v: i64) -> Res<()> {
-    let (pipe_i, reg_i) = (index("pipe_set_reg", pipe)?, index("pipe_set_reg", reg)?);
+    let (pipe_i, reg_i) = (
+        unsigned("pipe_set_reg", "index", pipe)?,
+        unsigned("pipe_set_reg", "index", reg)?,
+    );
     if transfer(c.data_mut(), "pipe_set_reg", pl)?.set_reg(pipe_i, reg_i, v as u64) {
         Ok(())
     } else {

@@ -158,6 +158,12 @@ impl Engine {
     }
 }
 
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
 /// Per-handler limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandlerConfig {
@@ -468,6 +474,18 @@ pub struct Handler {
     fuel: u64,
 }
 
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = self.store.data();
+        f.debug_struct("Handler")
+            .field("fuel", &self.fuel)
+            .field("window", &host.window)
+            .field("transfers", &host.transfers.len())
+            .field("memory_max", &host.memory_max)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Handler {
     /// Validates and compiles `wasm` (binary or text), links it against the
     /// imports and runs its start function. `transfers` are the compiled pipe
@@ -609,7 +627,13 @@ mod tests {
             r#"(module {imports} (func (export "{ENTRY}") (param i32) (result i32) (i32.const 1)))"#
         );
         let engine = Engine::new().expect("engine");
-        let h = Handler::install(&engine, wat.as_bytes(), vec![], None, HandlerConfig::default());
+        let h = Handler::install(
+            &engine,
+            wat.as_bytes(),
+            vec![],
+            None,
+            HandlerConfig::default(),
+        );
         assert!(h.is_ok(), "{:?}", h.err());
     }
 }
