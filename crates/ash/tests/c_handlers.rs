@@ -245,3 +245,28 @@ proptest! {
         }
     }
 }
+
+/// C keeps its stack in memory, below `__stack_pointer`; an abort leaves the
+/// aborting functions' frames allocated unless the runtime resets it. Many
+/// aborts in a row would otherwise run the stack out of its memory.
+#[test]
+fn c_stack_survives_many_aborts() {
+    let Some(wasm) = compiled() else {
+        println!("skipped: clang/wasm-ld not found");
+        return;
+    };
+    let at = TWINS.iter().position(|(name, _)| *name == "remote_increment");
+    let seg = segment("remote_increment");
+    let mut h = install(&wasm[at.expect("a twin")], Some(seg.window()));
+    let mut out = outbox();
+    let outside = request(&1000u32.to_le_bytes());
+    for _ in 0..10_000 {
+        assert_eq!(
+            run(&mut h, &outside, &mut out).outcome,
+            Outcome::Aborted(exonet_ash::handler::Abort::Requested)
+        );
+    }
+    let good = request(&0u32.to_le_bytes());
+    assert_eq!(run(&mut h, &good, &mut out).outcome, Outcome::Consumed);
+    assert_eq!(reply_payload(out.get(0).expect("reply"), &good), 1u64.to_le_bytes());
+}
