@@ -255,7 +255,9 @@ fn c_stack_survives_many_aborts() {
         println!("skipped: clang/wasm-ld not found");
         return;
     };
-    let at = TWINS.iter().position(|(name, _)| *name == "remote_increment");
+    let at = TWINS
+        .iter()
+        .position(|(name, _)| *name == "remote_increment");
     let seg = segment("remote_increment");
     let mut h = install(&wasm[at.expect("a twin")], Some(seg.window()));
     let mut out = outbox();
@@ -268,5 +270,8 @@ fn c_stack_survives_many_aborts() {
     }
     let good = request(&0u32.to_le_bytes());
     assert_eq!(run(&mut h, &good, &mut out).outcome, Outcome::Consumed);
-    assert_eq!(reply_payload(out.get(0).expect("reply"), &good), 1u64.to_le_bytes());
+    assert_eq!(
+        reply_payload(out.get(0).expect("reply"), &good),
+        1u64.to_le_bytes()
+    );
 }

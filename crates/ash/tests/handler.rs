@@ -421,3 +421,72 @@ fn run_cost() {
         println!("empty handler: {ns:.1} ns per run");
     }
 }
+
+/// Counts this thread's allocations, to check the per-frame path makes none.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_one() {
+    // try_with: the counter may already be gone while the thread exits.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counter is a const-initialised thread-local that never allocates.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+#[test]
+fn running_allocates_nothing() {
+    let allocations = || ALLOCATIONS.with(|n| n.get());
+    let at_start = allocations();
+    let seg = Segment::new(64);
+    let mut handlers = [
+        install(examples::EMPTY_WAT.as_bytes(), None),
+        install(examples::UDP_ECHO_WAT.as_bytes(), None),
+        install(
+            examples::REMOTE_INCREMENT_WAT.as_bytes(),
+            Some(seg.window()),
+        ),
+    ];
+    let mut out = outbox();
+    let req = request(&8u32.to_le_bytes());
+    let mut run_all = || {
+        for h in &mut handlers {
+            let r = run(h, &req, &mut out);
+            assert!(!matches!(r.outcome, Outcome::Aborted(_)), "{r:?}");
+        }
+    };
+    run_all();
+    let before = allocations();
+    assert!(
+        before > at_start,
+        "installing allocates: the counter counts"
+    );
+    for _ in 0..100 {
+        run_all();
+    }
+    assert_eq!(allocations(), before);
+}

@@ -13,9 +13,7 @@ use exonet_ash::Transfer;
 use proptest::prelude::*;
 
 fn install_err(wat: &str) -> InstallError {
-    install_with(wat, HandlerConfig::default())
-        .err()
-        .expect("refused")
+    install_with(wat, HandlerConfig::default()).expect_err("refused")
 }
 
 fn install_with(wat: &str, config: HandlerConfig) -> Result<Handler, InstallError> {
@@ -48,8 +46,7 @@ fn malformed_modules_are_refused() {
     let e = Handler::install(&engine(), &huge, vec![], None, HandlerConfig::default());
     assert!(matches!(e, Err(InstallError::TooLarge { .. })));
     assert!(e
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string()
         .contains("module too large"));
 }
