@@ -213,6 +213,47 @@ impl Transfer for Expensive {
     }
 }
 
+/// A transfer that panics, as a buggy pipe list might.
+struct Panicking;
+
+impl Transfer for Panicking {
+    fn transfer(&mut self, src: &[u8], _: &mut [u8]) {
+        assert!(src.len().is_multiple_of(4), "a whole number of words");
+    }
+    fn reg(&self, _: usize, _: usize) -> Option<u64> {
+        None
+    }
+    fn set_reg(&mut self, _: usize, _: usize, _: u64) -> bool {
+        false
+    }
+    fn cost(&self, n: usize) -> u64 {
+        n as u64
+    }
+}
+
+#[test]
+fn a_panicking_pipe_list_aborts_the_handler_only() {
+    let seg = Segment::new(64);
+    let mut h = Handler::install(
+        &engine(),
+        br#"(module
+            (import "exonet" "consume_window" (func $cw (param i32 i32 i32) (result i32)))
+            (func (export "ash_handle") (param $n i32) (result i32)
+              (drop (call $cw (i32.const 0) (local.get $n) (i32.const 0)))
+              (i32.const 0)))"#,
+        vec![Box::new(Panicking)],
+        Some(seg.window()),
+        HandlerConfig::default(),
+    )
+    .expect("install");
+    let mut out = outbox();
+    assert_eq!(
+        run(&mut h, &[0; 5], &mut out).outcome,
+        Outcome::Aborted(Abort::Trap("consume_window: pipe list 0 failed".into()))
+    );
+    assert_eq!(run(&mut h, &[0; 8], &mut out).outcome, Outcome::Consumed);
+}
+
 /// The hostile handler's imports and helpers; its entry point is built by
 /// [`hostile_wat`].
 const HOSTILE_HEAD: &str = r#"

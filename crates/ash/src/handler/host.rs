@@ -7,6 +7,7 @@
 //! fuel for them, so a handler cannot do unbounded work through the host.
 
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 
 use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
 
@@ -342,10 +343,13 @@ fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32
     };
     let (moved, fuel) = match pipes {
         None => (w.write(off, src), copy_fuel(len)),
-        Some(t) => (
-            w.transfer(off, src, t.as_mut()),
-            CALL_FUEL.saturating_add(t.cost(len)),
-        ),
+        Some(t) => {
+            // A pipe list that panics (on a length it did not expect, say)
+            // aborts the handler rather than unwinding into the multiplexer.
+            let moved = panic::catch_unwind(AssertUnwindSafe(|| w.transfer(off, src, t.as_mut())))
+                .map_err(|_| misuse(format!("consume_window: pipe list {pl} failed")))?;
+            (moved, CALL_FUEL.saturating_add(t.cost(len)))
+        }
     };
     if !moved {
         return Err(outside_window("consume_window", off, len, w));
