@@ -407,18 +407,29 @@ fn memory_grows_up_to_the_limit() {
 #[test]
 #[ignore]
 fn run_cost() {
-    let mut h = install(examples::EMPTY_WAT.as_bytes(), None);
-    let mut out = outbox();
-    let frame = request(b"x");
-    let n = 2_000_000;
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            out.clear();
-            std::hint::black_box(h.run(std::hint::black_box(&frame), &mut out));
+    let seg = Segment::new(64);
+    let cases = [
+        ("empty", examples::EMPTY_WAT, request(b"x")),
+        (
+            "remote_increment",
+            examples::REMOTE_INCREMENT_WAT,
+            request(&8u32.to_le_bytes()),
+        ),
+        ("udp_echo 64 B", examples::UDP_ECHO_WAT, request(&[1; 64])),
+    ];
+    for (name, wat, frame) in cases {
+        let mut h = install(wat.as_bytes(), Some(seg.window()));
+        let mut out = outbox();
+        let n = 1_000_000;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                out.clear();
+                std::hint::black_box(h.run(std::hint::black_box(&frame), &mut out));
+            }
+            let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+            println!("{name}: {ns:.1} ns per run");
         }
-        let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
-        println!("empty handler: {ns:.1} ns per run");
     }
 }
 

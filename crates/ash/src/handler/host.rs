@@ -14,6 +14,7 @@ use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
 use super::outbox::Outbox;
 use super::udp::Datagram;
 use super::window::Window;
+use super::NULL_PIPE;
 use crate::Transfer;
 
 /// The module handlers import from.
@@ -311,7 +312,6 @@ fn seek(mut c: Caller<'_, Host>, off: i32) -> Res<i32> {
 }
 
 fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32> {
-    const NULL_PIPE: i32 = -1;
     let len = unsigned("consume_window", "length", n)?;
     let off = win_off(dst);
     let Host {

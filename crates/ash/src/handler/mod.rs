@@ -553,6 +553,9 @@ impl Handler {
     /// Runs the handler on `frame`. Frames it sends are appended to `out`
     /// (which the caller clears); they stand only if the outcome is
     /// [`Outcome::Consumed`] or [`Outcome::Deliver`]: an abort removes them.
+    /// The fuel reported is what the invocation consumed (all of the budget
+    /// if it ran out). WebAssembly runs on the calling thread's stack, which
+    /// needs [`MAX_WASM_STACK`] free beyond the caller's own use.
     pub fn run(&mut self, frame: &[u8], out: &mut Outbox) -> Run {
         let Ok(len) = i32::try_from(frame.len()) else {
             return Run {
