@@ -142,6 +142,10 @@ fn features_beyond_the_mvp_set_are_refused() {
         let e = install_err(&with_entry(body));
         assert!(matches!(e, InstallError::Malformed(_)), "{body}: {e}");
     }
+    refused(
+        &with_entry("(func (result f32) (f32.const 1))"),
+        "floating-point support is disabled",
+    );
     // What handlers may use: bulk memory, sign extension, multi-value,
     // mutable globals, call_indirect through a table.
     let ok = with_entry(
