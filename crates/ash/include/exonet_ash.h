@@ -15,8 +15,12 @@
  *         -msign-ext -mbulk-memory -Wl,--no-entry -Wl,--export=ash_handle \
  *         -Wl,--export=__stack_pointer -I include -o h.wasm h.c
  *
- * Exporting __stack_pointer lets the runtime reset the C stack after an abort
- * (an abort leaves the callers' frames allocated). Floating point is refused.
+ * -mcpu=mvp plus the three features is what the runtime accepts, whatever
+ * clang's default CPU; -mbulk-memory also turns struct copies and zeroing
+ * into memory.copy/memory.fill, since there is no libc memcpy. Exporting
+ * __stack_pointer (a mutable global, hence -mmutable-globals) lets the
+ * runtime reset the C stack after an abort, which leaves the aborting
+ * functions' frames allocated. Floating point is refused.
  *
  * The entry point:
  *
