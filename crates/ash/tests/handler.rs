@@ -501,3 +501,52 @@ fn running_allocates_nothing() {
     }
     assert_eq!(allocations(), before);
 }
+
+#[test]
+fn reply_udp_keeps_vlan_tags_and_drops_ip_options() {
+    use etherparse::{SlicedPacket, VlanSlice};
+    use exonet_wire::build::{ipv4_frame, Transport};
+    use exonet_wire::{EthernetRepr, Ipv4Repr, UdpRepr, VlanTag};
+
+    let mut h = install(
+        br#"(module
+            (import "exonet" "reply_udp" (func $reply (param i32 i32) (result i32)))
+            (memory (export "memory") 1)
+            (data (i32.const 0) "pong")
+            (func (export "ash_handle") (param i32) (result i32)
+              (i32.eqz (i32.eqz (call $reply (i32.const 0) (i32.const 4))))))"#,
+        None,
+    );
+    let eth = EthernetRepr {
+        dst: SERVER_MAC,
+        src: CLIENT_MAC,
+        vlans: &[VlanTag::new(5)],
+        ethertype: 0,
+    };
+    let ip = Ipv4Repr {
+        options: &[1, 1, 1, 1],
+        ..Ipv4Repr::new(CLIENT_IP, SERVER_IP, 0, 0)
+    };
+    let udp = UdpRepr {
+        src_port: CLIENT_PORT,
+        dst_port: SERVER_PORT,
+        payload: b"ping",
+    };
+    let req = ipv4_frame(&eth, &ip, &Transport::Udp(udp)).expect("a frame");
+    let mut out = outbox();
+    assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+    let reply = out.get(0).expect("a reply");
+    assert_eq!(reply_payload(reply, &req), b"pong");
+    let parsed = SlicedPacket::from_ethernet(reply).expect("parses");
+    let Some(VlanSlice::SingleVlan(tag)) = parsed.vlan else {
+        panic!("one VLAN tag: {:?}", parsed.vlan);
+    };
+    assert_eq!(tag.vlan_identifier().value(), 5);
+    assert_eq!(reply.len(), 18 + 20 + 8 + 4, "no IP options");
+
+    // Not UDP: -1, so the handler delivers.
+    let mut tcp = req.clone();
+    tcp[27] = 6;
+    assert_eq!(run(&mut h, &tcp, &mut out).outcome, Outcome::Deliver);
+    assert!(out.is_empty());
+}
