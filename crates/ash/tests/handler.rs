@@ -20,6 +20,27 @@ fn handlers_can_move_to_the_multiplexer_thread() {
 }
 
 #[test]
+fn installed_on_one_thread_run_on_another() {
+    let seg = Segment::new(64);
+    seg.write(8, &41u64.to_le_bytes());
+    let mut h = install(
+        examples::REMOTE_INCREMENT_WAT.as_bytes(),
+        Some(seg.window()),
+    );
+    let req = request(&8u32.to_le_bytes());
+    let mut out = outbox();
+    assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+    let (_handler, out) = std::thread::spawn(move || {
+        assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+        (h, out)
+    })
+    .join()
+    .expect("the other thread");
+    assert_eq!(out.len(), 1);
+    assert_eq!(seg.read()[8..16], 43u64.to_le_bytes());
+}
+
+#[test]
 fn empty_handlers() {
     let mut out = outbox();
     let mut deliver = install(examples::EMPTY_WAT.as_bytes(), None);
