@@ -602,3 +602,23 @@ proptest! {
         }
     }
 }
+
+/// One instruction must not buy unbounded work: bulk memory operations are
+/// charged per byte, as imports are.
+#[test]
+fn bulk_memory_is_charged_per_byte() {
+    let mut h = install(
+        br#"(module
+            (memory 1)
+            (func (export "ash_handle") (param $n i32) (result i32)
+              (memory.fill (i32.const 0) (i32.const 7) (local.get $n))
+              (memory.copy (i32.const 0) (i32.const 32768) (local.get $n))
+              (i32.const 1)))"#,
+        None,
+    );
+    let mut out = outbox();
+    let small = run(&mut h, &[0; 100], &mut out);
+    let large = run(&mut h, &[0; 10_100], &mut out);
+    assert_eq!(large.outcome, Outcome::Deliver);
+    assert_eq!(large.fuel - small.fuel, 2 * 10_000);
+}

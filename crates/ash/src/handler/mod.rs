@@ -30,6 +30,11 @@
 //!   `-Wl,--export=__stack_pointer`), an abort resets it to its value after
 //!   install, as unwinding would. A start function runs at install, under the
 //!   fuel budget.
+//! - Fuel: [`HandlerConfig::fuel`] per invocation; one unit per instruction
+//!   (control flow free), bulk memory operations one per byte, imports that
+//!   move bytes 8 plus one per 8 bytes (`reply_udp` also for the checksum
+//!   pass), `consume_window` through a pipe list 8 plus the transfer's
+//!   [`Transfer::cost`](crate::Transfer::cost).
 //! - Features: WebAssembly 1.0 with mutable globals, sign extension,
 //!   multi-value and bulk memory; no floating point (refused at install, as
 //!   in §3.3), SIMD, threads, reference types, GC, tail calls, exceptions,
@@ -46,7 +51,6 @@
 //!   - `consume_window(win_off, n, pipe_list) -> i32`: move the next n bytes
 //!     into the window at `win_off` through transfer `pipe_list` (-1 =
 //!     `NULL_PIPE`, a plain copy) and advance; n, or -1 if the frame is short.
-//!     Charged the transfer's [`Transfer::cost`](crate::Transfer::cost).
 //!   - `window_len() -> i32`; `window_read(dst, win_off, n)`;
 //!     `window_write(win_off, src, n)`; `window_load32(win_off) -> i32`;
 //!     `window_store32(win_off, v)`; `window_load64(win_off) -> i64`;
