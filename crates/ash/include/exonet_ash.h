@@ -32,6 +32,10 @@
  * invocation's sends are discarded; window writes already made stay (undoing
  * them is the handler's concern, §3.2).
  *
+ * Fuel (the per-invocation budget): one unit per instruction, one per byte
+ * for memory.copy/memory.fill, 8 plus one per 8 bytes for imports that move
+ * bytes, 8 plus the pipe list's cost for consume_window through one.
+ *
  * Misuse (aborts): a negative length or frame offset, a range outside the
  * handler's memory or the window, no window granted, an unknown pipe list or
  * register. A frame too short for a request is not misuse: the import
