@@ -62,7 +62,7 @@ fn random_program(rng: &mut Rng) -> Pipe {
         } else {
             Reg::Temp(rng.below(u64::from(temps)) as u8)
         };
-        let mut pick = |rng: &mut Rng| set[rng.below(set.len() as u64) as usize];
+        let pick = |rng: &mut Rng| set[rng.below(set.len() as u64) as usize];
         let insn = match rng.below(8) {
             0 => Insn::Input { dst },
             1 => Insn::Imm {
