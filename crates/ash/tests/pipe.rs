@@ -256,6 +256,9 @@ proptest! {
         let mut jit2 = pl.compile().expect("valid lists compile");
         jit2.scan(src);
         prop_assert_eq!(jit2.regs(), int.regs());
+        let mut int2 = pl.interpret();
+        int2.scan(src);
+        prop_assert_eq!(int2.regs(), int.regs());
     }
 
     #[test]

@@ -74,12 +74,6 @@ impl PipeList {
         &self.pipes
     }
 
-    /// The list's pipes followed by `other`'s (validated again: the
-    /// composition may exceed the limits its parts respect).
-    pub fn then(&self, other: &PipeList) -> Result<PipeList, PipeError> {
-        PipeList::new(self.pipes.iter().chain(&other.pipes).cloned().collect())
-    }
-
     /// The bytes an application sends to the multiplexer.
     pub fn encode(&self) -> Vec<u8> {
         lang::encode(&self.pipes)
