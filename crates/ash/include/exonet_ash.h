@@ -15,8 +15,12 @@
  *         -msign-ext -mbulk-memory -Wl,--no-entry -Wl,--export=ash_handle \
  *         -Wl,--export=__stack_pointer -I include -o h.wasm h.c
  *
- * Exporting __stack_pointer lets the runtime reset the C stack after an abort
- * (an abort leaves the callers' frames allocated). Floating point is refused.
+ * -mcpu=mvp plus the three features is what the runtime accepts, whatever
+ * clang's default CPU; -mbulk-memory also turns struct copies and zeroing
+ * into memory.copy/memory.fill, since there is no libc memcpy. Exporting
+ * __stack_pointer (a mutable global, hence -mmutable-globals) lets the
+ * runtime reset the C stack after an abort, which leaves the aborting
+ * functions' frames allocated. Floating point is refused.
  *
  * The entry point:
  *
@@ -27,6 +31,10 @@
  * aborts the invocation: the frame is delivered untouched and the
  * invocation's sends are discarded; window writes already made stay (undoing
  * them is the handler's concern, §3.2).
+ *
+ * Fuel (the per-invocation budget): one unit per instruction, one per byte
+ * for memory.copy/memory.fill, 8 plus one per 8 bytes for imports that move
+ * bytes, 8 plus the pipe list's cost for consume_window through one.
  *
  * Misuse (aborts): a negative length or frame offset, a range outside the
  * handler's memory or the window, no window granted, an unknown pipe list or

@@ -5,16 +5,39 @@ mod common;
 
 use common::*;
 use exonet_ash::handler::examples::{self, CacheLayout};
-use exonet_ash::handler::{Abort, Handler, HandlerConfig, Outbox, Outcome};
+use exonet_ash::handler::{Abort, Engine, Handler, HandlerConfig, Outbox, Outcome};
 use exonet_ash::Transfer;
 
 const ABORTED: Outcome = Outcome::Aborted(Abort::Requested);
 
 #[test]
-fn handler_is_send() {
+fn handlers_can_move_to_the_multiplexer_thread() {
     fn send<T: Send>() {}
+    fn shared<T: Send + Sync + Clone>() {}
     send::<Handler>();
     send::<Outbox>();
+    shared::<Engine>();
+}
+
+#[test]
+fn installed_on_one_thread_run_on_another() {
+    let seg = Segment::new(64);
+    seg.write(8, &41u64.to_le_bytes());
+    let mut h = install(
+        examples::REMOTE_INCREMENT_WAT.as_bytes(),
+        Some(seg.window()),
+    );
+    let req = request(&8u32.to_le_bytes());
+    let mut out = outbox();
+    assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+    let (_handler, out) = std::thread::spawn(move || {
+        assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+        (h, out)
+    })
+    .join()
+    .expect("the other thread");
+    assert_eq!(out.len(), 1);
+    assert_eq!(seg.read()[8..16], 43u64.to_le_bytes());
 }
 
 #[test]
@@ -405,17 +428,146 @@ fn memory_grows_up_to_the_limit() {
 #[test]
 #[ignore]
 fn run_cost() {
-    let mut h = install(examples::EMPTY_WAT.as_bytes(), None);
-    let mut out = outbox();
-    let frame = request(b"x");
-    let n = 2_000_000;
-    for _ in 0..3 {
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            out.clear();
-            std::hint::black_box(h.run(std::hint::black_box(&frame), &mut out));
+    let seg = Segment::new(64);
+    let cases = [
+        ("empty", examples::EMPTY_WAT, request(b"x")),
+        (
+            "remote_increment",
+            examples::REMOTE_INCREMENT_WAT,
+            request(&8u32.to_le_bytes()),
+        ),
+        ("udp_echo 64 B", examples::UDP_ECHO_WAT, request(&[1; 64])),
+    ];
+    for (name, wat, frame) in cases {
+        let mut h = install(wat.as_bytes(), Some(seg.window()));
+        let mut out = outbox();
+        let n = 1_000_000;
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                out.clear();
+                std::hint::black_box(h.run(std::hint::black_box(&frame), &mut out));
+            }
+            let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
+            println!("{name}: {ns:.1} ns per run");
         }
-        let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
-        println!("empty handler: {ns:.1} ns per run");
     }
+}
+
+/// Counts this thread's allocations, to check the per-frame path makes none.
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_one() {
+    // try_with: the counter may already be gone while the thread exits.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counter is a const-initialised thread-local that never allocates.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+#[test]
+fn running_allocates_nothing() {
+    let allocations = || ALLOCATIONS.with(|n| n.get());
+    let at_start = allocations();
+    let seg = Segment::new(64);
+    let mut handlers = [
+        install(examples::EMPTY_WAT.as_bytes(), None),
+        install(examples::UDP_ECHO_WAT.as_bytes(), None),
+        install(
+            examples::REMOTE_INCREMENT_WAT.as_bytes(),
+            Some(seg.window()),
+        ),
+    ];
+    let mut out = outbox();
+    let req = request(&8u32.to_le_bytes());
+    let mut run_all = || {
+        for h in &mut handlers {
+            let r = run(h, &req, &mut out);
+            assert!(!matches!(r.outcome, Outcome::Aborted(_)), "{r:?}");
+        }
+    };
+    run_all();
+    let before = allocations();
+    assert!(
+        before > at_start,
+        "installing allocates: the counter counts"
+    );
+    for _ in 0..100 {
+        run_all();
+    }
+    assert_eq!(allocations(), before);
+}
+
+#[test]
+fn reply_udp_keeps_vlan_tags_and_drops_ip_options() {
+    use etherparse::{SlicedPacket, VlanSlice};
+    use exonet_wire::build::{ipv4_frame, Transport};
+    use exonet_wire::{EthernetRepr, Ipv4Repr, UdpRepr, VlanTag};
+
+    let mut h = install(
+        br#"(module
+            (import "exonet" "reply_udp" (func $reply (param i32 i32) (result i32)))
+            (memory (export "memory") 1)
+            (data (i32.const 0) "pong")
+            (func (export "ash_handle") (param i32) (result i32)
+              (i32.eqz (i32.eqz (call $reply (i32.const 0) (i32.const 4))))))"#,
+        None,
+    );
+    let eth = EthernetRepr {
+        dst: SERVER_MAC,
+        src: CLIENT_MAC,
+        vlans: &[VlanTag::new(5)],
+        ethertype: 0,
+    };
+    let ip = Ipv4Repr {
+        options: &[1, 1, 1, 1],
+        ..Ipv4Repr::new(CLIENT_IP, SERVER_IP, 0, 0)
+    };
+    let udp = UdpRepr {
+        src_port: CLIENT_PORT,
+        dst_port: SERVER_PORT,
+        payload: b"ping",
+    };
+    let req = ipv4_frame(&eth, &ip, &Transport::Udp(udp)).expect("a frame");
+    let mut out = outbox();
+    assert_eq!(run(&mut h, &req, &mut out).outcome, Outcome::Consumed);
+    let reply = out.get(0).expect("a reply");
+    assert_eq!(reply_payload(reply, &req), b"pong");
+    let parsed = SlicedPacket::from_ethernet(reply).expect("parses");
+    let Some(VlanSlice::SingleVlan(tag)) = parsed.vlan else {
+        panic!("one VLAN tag: {:?}", parsed.vlan);
+    };
+    assert_eq!(tag.vlan_identifier().value(), 5);
+    assert_eq!(reply.len(), 18 + 20 + 8 + 4, "no IP options");
+
+    // Not UDP: -1, so the handler delivers.
+    let mut tcp = req.clone();
+    tcp[27] = 6;
+    assert_eq!(run(&mut h, &tcp, &mut out).outcome, Outcome::Deliver);
+    assert!(out.is_empty());
 }

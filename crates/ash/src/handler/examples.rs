@@ -47,13 +47,17 @@ impl CacheLayout {
     /// server's limits or the layout would not fit in a window the handler
     /// can address.
     pub fn new(count: u32, key_size: u32, value_size: u32) -> Option<CacheLayout> {
-        let layout = CacheLayout {
-            count,
-            key_size,
-            value_size,
-        };
-        let fits = i32::try_from(layout.window_len()).is_ok();
-        (key_size <= Self::MAX_KEY && value_size <= Self::MAX_VALUE && fits).then_some(layout)
+        let entry = 8 + u64::from(key_size) + u64::from(value_size);
+        let total = Self::HEADER_LEN as u64 + u64::from(count) * entry;
+        // The handler computes offsets in 32-bit arithmetic.
+        let fits = total <= i32::MAX as u64;
+        (key_size <= Self::MAX_KEY && value_size <= Self::MAX_VALUE && fits).then_some(
+            CacheLayout {
+                count,
+                key_size,
+                value_size,
+            },
+        )
     }
 
     /// Bytes of one entry.

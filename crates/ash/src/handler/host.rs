@@ -7,12 +7,14 @@
 //! fuel for them, so a handler cannot do unbounded work through the host.
 
 use std::fmt;
+use std::panic::{self, AssertUnwindSafe};
 
 use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
 
 use super::outbox::Outbox;
 use super::udp::Datagram;
 use super::window::Window;
+use super::NULL_PIPE;
 use crate::Transfer;
 
 /// The module handlers import from.
@@ -190,7 +192,7 @@ fn charge(c: &mut Caller<'_, Host>, fuel: u64) -> Res<()> {
     }
 }
 
-/// A length or frame offset argument, which must not be negative.
+/// A length, frame offset or index argument, which must not be negative.
 fn unsigned(import: &str, what: &str, v: i32) -> Res<usize> {
     usize::try_from(v).map_err(|_| misuse(format!("{import}: negative {what} {v}")))
 }
@@ -238,10 +240,6 @@ fn transfer<'h>(host: &'h mut Host, import: &str, pl: i32) -> Res<&'h mut Box<dy
         .ok()
         .and_then(|i| host.transfers.get_mut(i))
         .ok_or_else(|| misuse(format!("{import}: no pipe list {pl}")))
-}
-
-fn index(import: &str, v: i32) -> Res<usize> {
-    usize::try_from(v).map_err(|_| misuse(format!("{import}: negative index {v}")))
 }
 
 fn msg_len(c: Caller<'_, Host>) -> i32 {
@@ -314,7 +312,6 @@ fn seek(mut c: Caller<'_, Host>, off: i32) -> Res<i32> {
 }
 
 fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32> {
-    const NULL_PIPE: i32 = -1;
     let len = unsigned("consume_window", "length", n)?;
     let off = win_off(dst);
     let Host {
@@ -346,10 +343,13 @@ fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32
     };
     let (moved, fuel) = match pipes {
         None => (w.write(off, src), copy_fuel(len)),
-        Some(t) => (
-            w.transfer(off, src, t.as_mut()),
-            CALL_FUEL.saturating_add(t.cost(len)),
-        ),
+        Some(t) => {
+            // A pipe list that panics (on a length it did not expect, say)
+            // aborts the handler rather than unwinding into the multiplexer.
+            let moved = panic::catch_unwind(AssertUnwindSafe(|| w.transfer(off, src, t.as_mut())))
+                .map_err(|_| misuse(format!("consume_window: pipe list {pl} failed")))?;
+            (moved, CALL_FUEL.saturating_add(t.cost(len)))
+        }
     };
     if !moved {
         return Err(outside_window("consume_window", off, len, w));
@@ -425,7 +425,10 @@ fn window_store64(c: Caller<'_, Host>, off: i32, v: i64) -> Res<()> {
 }
 
 fn pipe_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32) -> Res<i64> {
-    let (pipe_i, reg_i) = (index("pipe_reg", pipe)?, index("pipe_reg", reg)?);
+    let (pipe_i, reg_i) = (
+        unsigned("pipe_reg", "index", pipe)?,
+        unsigned("pipe_reg", "index", reg)?,
+    );
     transfer(c.data_mut(), "pipe_reg", pl)?
         .reg(pipe_i, reg_i)
         .map(|v| v as i64)
@@ -437,7 +440,10 @@ fn pipe_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32) -> Res<i64> {
 }
 
 fn pipe_set_reg(mut c: Caller<'_, Host>, pl: i32, pipe: i32, reg: i32, v: i64) -> Res<()> {
-    let (pipe_i, reg_i) = (index("pipe_set_reg", pipe)?, index("pipe_set_reg", reg)?);
+    let (pipe_i, reg_i) = (
+        unsigned("pipe_set_reg", "index", pipe)?,
+        unsigned("pipe_set_reg", "index", reg)?,
+    );
     if transfer(c.data_mut(), "pipe_set_reg", pl)?.set_reg(pipe_i, reg_i, v as u64) {
         Ok(())
     } else {
@@ -524,4 +530,23 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> Res<Linker<Host>> {
     l.func_wrap(MODULE, "reply_udp", reply_udp)?;
     l.func_wrap(MODULE, "abort", abort)?;
     Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// exonet_ash.h declares exactly the imports the runtime provides.
+    #[test]
+    fn the_header_declares_every_import() {
+        let header = include_str!("../../include/exonet_ash.h");
+        let declared: Vec<&str> = header
+            .split("ASH_IMPORT(")
+            .skip(1)
+            .filter_map(|rest| rest.split_once(')').map(|(name, _)| name))
+            .filter(|name| *name != "name")
+            .collect();
+        let provided: Vec<&str> = IMPORTS.iter().map(|(name, ..)| *name).collect();
+        assert_eq!(declared, provided);
+    }
 }

@@ -30,6 +30,11 @@
 //!   `-Wl,--export=__stack_pointer`), an abort resets it to its value after
 //!   install, as unwinding would. A start function runs at install, under the
 //!   fuel budget.
+//! - Fuel: [`HandlerConfig::fuel`] per invocation; one unit per instruction
+//!   (control flow free), bulk memory operations one per byte, imports that
+//!   move bytes 8 plus one per 8 bytes (`reply_udp` also for the checksum
+//!   pass), `consume_window` through a pipe list 8 plus the transfer's
+//!   [`Transfer::cost`](crate::Transfer::cost).
 //! - Features: WebAssembly 1.0 with mutable globals, sign extension,
 //!   multi-value and bulk memory; no floating point (refused at install, as
 //!   in §3.3), SIMD, threads, reference types, GC, tail calls, exceptions,
@@ -46,7 +51,6 @@
 //!   - `consume_window(win_off, n, pipe_list) -> i32`: move the next n bytes
 //!     into the window at `win_off` through transfer `pipe_list` (-1 =
 //!     `NULL_PIPE`, a plain copy) and advance; n, or -1 if the frame is short.
-//!     Charged the transfer's [`Transfer::cost`](crate::Transfer::cost).
 //!   - `window_len() -> i32`; `window_read(dst, win_off, n)`;
 //!     `window_write(win_off, src, n)`; `window_load32(win_off) -> i32`;
 //!     `window_store32(win_off, v)`; `window_load64(win_off) -> i64`;
@@ -149,13 +153,18 @@ impl Engine {
             .wasm_backtrace_max_frames(None)
             .wasm_features(WasmFeatures::all(), false)
             .wasm_features(allowed_features(), true);
-        let engine =
-            wasmtime::Engine::new(&c).map_err(|e| InstallError::Engine(format!("{e:#}")))?;
-        let linker = host::linker(&engine).map_err(|e| InstallError::Engine(format!("{e:#}")))?;
+        let engine = wasmtime::Engine::new(&c).map_err(|e| InstallError::Engine(one_line(&e)))?;
+        let linker = host::linker(&engine).map_err(|e| InstallError::Engine(one_line(&e)))?;
         Ok(Engine {
             engine,
             linker: Arc::new(linker),
         })
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
     }
 }
 
@@ -248,7 +257,7 @@ impl Abort {
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => Abort::OutOfFuel,
             Some(t) => Abort::Trap(t.to_string()),
-            None => Abort::Trap(format!("{e:#}")),
+            None => Abort::Trap(one_line(e)),
         }
     }
 }
@@ -354,6 +363,17 @@ impl fmt::Display for InstallError {
 
 impl std::error::Error for InstallError {}
 
+/// A wasmtime error with its causes, on one line (WAT parse errors span
+/// several, pointing at the source).
+fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn ty_name(t: Ty) -> &'static str {
     match t {
         Ty::I32 => "i32",
@@ -458,6 +478,18 @@ pub struct Handler {
     fuel: u64,
 }
 
+impl fmt::Debug for Handler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = self.store.data();
+        f.debug_struct("Handler")
+            .field("fuel", &self.fuel)
+            .field("window", &host.window)
+            .field("transfers", &host.transfers.len())
+            .field("memory_max", &host.memory_max)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Handler {
     /// Validates and compiles `wasm` (binary or text), links it against the
     /// imports and runs its start function. `transfers` are the compiled pipe
@@ -473,8 +505,8 @@ impl Handler {
         if wasm.len() > MAX_MODULE_LEN {
             return Err(InstallError::TooLarge { len: wasm.len() });
         }
-        let module = Module::new(&engine.engine, wasm)
-            .map_err(|e| InstallError::Malformed(format!("{e:#}")))?;
+        let module =
+            Module::new(&engine.engine, wasm).map_err(|e| InstallError::Malformed(one_line(&e)))?;
         check_imports(&module)?;
         check_entry(&module)?;
         check_resources(&module, &config)?;
@@ -494,7 +526,7 @@ impl Handler {
         store.limiter(|h| h);
         store
             .set_fuel(config.fuel)
-            .map_err(|e| InstallError::Engine(format!("{e:#}")))?;
+            .map_err(|e| InstallError::Engine(one_line(&e)))?;
         let instance = engine
             .linker
             .instantiate(&mut store, &module)
@@ -502,14 +534,14 @@ impl Handler {
                 if e.is::<Trap>() || e.is::<HostAbort>() {
                     InstallError::Start(Abort::of(&e))
                 } else {
-                    InstallError::Instantiate(format!("{e:#}"))
+                    InstallError::Instantiate(one_line(&e))
                 }
             })?;
         let memory = instance.get_memory(&mut store, "memory");
         store.data_mut().memory = memory;
         let entry = instance
             .get_typed_func::<i32, i32>(&mut store, ENTRY)
-            .map_err(|e| InstallError::EntryType(format!("{e:#}")))?;
+            .map_err(|e| InstallError::EntryType(one_line(&e)))?;
         let stack_pointer = instance
             .get_global(&mut store, "__stack_pointer")
             .filter(|g| g.ty(&store).mutability() == Mutability::Var)
@@ -525,6 +557,9 @@ impl Handler {
     /// Runs the handler on `frame`. Frames it sends are appended to `out`
     /// (which the caller clears); they stand only if the outcome is
     /// [`Outcome::Consumed`] or [`Outcome::Deliver`]: an abort removes them.
+    /// The fuel reported is what the invocation consumed (all of the budget
+    /// if it ran out). WebAssembly runs on the calling thread's stack, which
+    /// needs [`MAX_WASM_STACK`] free beyond the caller's own use.
     pub fn run(&mut self, frame: &[u8], out: &mut Outbox) -> Run {
         let Ok(len) = i32::try_from(frame.len()) else {
             return Run {
@@ -573,5 +608,39 @@ impl Handler {
             // this store.
             let _ = sp.set(&mut self.store, Val::I32(top));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The import table the install checks use matches the linker: a module
+    /// importing everything, with the table's types, links.
+    #[test]
+    fn every_import_links_with_its_declared_type() {
+        let imports: String = IMPORTS
+            .iter()
+            .map(|(name, params, results)| {
+                let list = |ts: &[Ty]| ts.iter().map(|&t| ty_name(t)).collect::<Vec<_>>().join(" ");
+                format!(
+                    r#"(import "{MODULE}" "{name}" (func (param {}) (result {})))"#,
+                    list(params),
+                    list(results)
+                )
+            })
+            .collect();
+        let wat = format!(
+            r#"(module {imports} (func (export "{ENTRY}") (param i32) (result i32) (i32.const 1)))"#
+        );
+        let engine = Engine::new().expect("engine");
+        let h = Handler::install(
+            &engine,
+            wat.as_bytes(),
+            vec![],
+            None,
+            HandlerConfig::default(),
+        );
+        assert!(h.is_ok(), "{:?}", h.err());
     }
 }

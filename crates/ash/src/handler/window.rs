@@ -1,5 +1,5 @@
 //! The window: the part of the application's shared-memory segment a handler
-//! may read and write (message vectoring, §4 of the paper).
+//! may read and write (message vectoring, §5.1.1 of the paper).
 
 use std::ptr::{self, NonNull};
 

@@ -17,6 +17,14 @@
 //!   its input or the byte swap of it at its own gauge, runs on all lanes
 //!   of the word at once (a 32-bit byte swap is `bswap; rol 32`).
 //!
+//! When every pipe of the list is lane-wise, has no effect at all, or only
+//! accumulates its (whole-word) input with end-around carry (the checksum),
+//! a vector loop first runs four words at a time in 128-bit registers: a
+//! byte shuffle for the swaps, and for each accumulator the low and the
+//! high 32-bit halves of the words summed in 64-bit lanes, which gives the
+//! integer sum S exactly (the caller keeps each call under 2^34 bytes, so
+//! the lanes cannot overflow); the scalar loop finishes the last words.
+//!
 //! The tail (fewer than 8 bytes)
 //! is left to the interpreter's [`super::interp::tail`], so both executions
 //! share its rules.
@@ -34,8 +42,12 @@ use super::lang::{BinOp, Gauge, Insn, Pipe, PipeError, Reg, ShiftOp, MAX_TEMPS};
 
 /// `fn(src, dst, words, regs)`: runs `words` 64-bit words from `src` to
 /// `dst` (not written by the scan variant) with the persistent registers at
-/// `regs`.
+/// `regs`. `words` must be at most [`MAX_CALL_WORDS`].
 type LoopFn = unsafe extern "C" fn(*const u8, *mut u8, usize, *mut u64);
+
+/// Most words per call: the vector loop's 64-bit lanes each add at most
+/// 2^32 - 1 per 16 bytes, so 2^31 words cannot overflow them.
+pub(crate) const MAX_CALL_WORDS: usize = 1 << 31;
 
 /// The generated code of one pipe list.
 pub(crate) struct Code {
@@ -196,6 +208,12 @@ fn generate(mut b: FunctionBuilder<'_>, pipes: &[Pipe], store: bool, config: Tar
     let count = b.declare_var(i64t);
     b.def_var(src, src0);
     b.def_var(dst, dst0);
+    let words = match vector_plan(pipes) {
+        Some(plan) if cfg!(target_endian = "little") => {
+            gen_vector_loop(&mut b, &plan, &vars, store, words, (src, dst, count))
+        }
+        _ => words,
+    };
     let big = b
         .ins()
         .ushr_imm_u(words, i64::from(unroll.trailing_zeros()));
@@ -461,8 +479,8 @@ enum Lanewise {
 }
 
 /// Whether the pipe is a pure lane-wise function the word can run through
-/// at once: no persistent registers (so no effect but its output), several
-/// lanes, and an output that is the input or its byte swap at the gauge.
+/// at once: no persistent registers (so no effect but its output), and an
+/// output that is the input or its byte swap at the gauge.
 fn lanewise(pipe: &Pipe) -> Option<Lanewise> {
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Sym {
@@ -470,7 +488,9 @@ fn lanewise(pipe: &Pipe) -> Option<Lanewise> {
         Swapped,
         Other,
     }
-    if !pipe.persistent.is_empty() || pipe.non_modifying || pipe.lanes() == 1 {
+    // A widened (commutative) narrow pipe runs on the whole word, where a
+    // byte swap at its gauge is not lane-wise.
+    if !pipe.persistent.is_empty() || pipe.non_modifying || pipe.lanes() * pipe.input.bits() != 64 {
         return None;
     }
     let mut temps = [Sym::Other; MAX_TEMPS];
@@ -505,10 +525,11 @@ fn lanewise(pipe: &Pipe) -> Option<Lanewise> {
     }
 }
 
-/// Swaps the bytes of every `g`-bit lane of `w` (g is 16 or 32: a 64-bit
-/// pipe has one lane).
+/// Swaps the bytes of every `g`-bit lane of `w` (16, 32 or 64 bits).
 fn lanes_bswap(b: &mut FunctionBuilder<'_>, g: Gauge, w: Value) -> Value {
-    if g == Gauge::G32 {
+    if g == Gauge::G64 {
+        b.ins().bswap(w)
+    } else if g == Gauge::G32 {
         let s = b.ins().bswap(w);
         b.ins().rotl_imm_u(s, 32)
     } else {
@@ -519,4 +540,198 @@ fn lanes_bswap(b: &mut FunctionBuilder<'_>, g: Gauge, w: Value) -> Value {
         let lo = b.ins().ishl_imm_u(lo, 8);
         b.ins().bor(hi, lo)
     }
+}
+
+/// What the vector loop does for one pipe.
+enum VecStage {
+    /// Nothing: the identity, or a non-modifying pipe without effects.
+    Skip,
+    /// Swaps the bytes of every lane of this gauge.
+    Swap(Gauge),
+    /// Adds the word to these accumulators (one entry per addition).
+    Accumulate(Vec<usize>),
+}
+
+/// Words the vector loop runs per iteration (four 128-bit vectors).
+const VEC_WORDS: u32 = 8;
+
+/// How the vector loop runs the list, if every pipe can run on vectors
+/// exactly (see the module doc).
+fn vector_plan(pipes: &[Pipe]) -> Option<Vec<VecStage>> {
+    pipes
+        .iter()
+        .map(|p| match lanewise(p) {
+            Some(Lanewise::Identity) => Some(VecStage::Skip),
+            Some(Lanewise::ByteSwap) => Some(VecStage::Swap(p.input)),
+            None => input_accumulations(p).map(|qs| {
+                if qs.is_empty() {
+                    VecStage::Skip
+                } else {
+                    VecStage::Accumulate(qs)
+                }
+            }),
+        })
+        .collect()
+}
+
+/// For a non-modifying whole-word pipe whose only effect is adding its
+/// input to accumulators: the accumulator of each addition.
+fn input_accumulations(pipe: &Pipe) -> Option<Vec<usize>> {
+    if !pipe.non_modifying || pipe.lanes() != 1 {
+        return None;
+    }
+    let wide = accumulators(pipe);
+    let mut input = [false; MAX_TEMPS];
+    let mut qs = Vec::new();
+    for insn in &pipe.code {
+        match *insn {
+            Insn::Bin {
+                op: BinOp::AddCarry,
+                dst: Reg::Persistent(q),
+                a,
+                b,
+            } if wide[q as usize] => {
+                let x = if a == Reg::Persistent(q) { b } else { a };
+                match x {
+                    Reg::Temp(t) if input[t as usize] => qs.push(q as usize),
+                    _ => return None,
+                }
+            }
+            Insn::Input { dst: Reg::Temp(t) } => input[t as usize] = true,
+            Insn::Mov {
+                dst: Reg::Temp(t),
+                src: Reg::Temp(u),
+            } => input[t as usize] = input[u as usize],
+            _ => match insn.operands().0 {
+                // Writes to temporaries have no effect but on the later
+                // instructions, which are checked in turn.
+                Some(Reg::Temp(t)) => input[t as usize] = false,
+                None => {}
+                Some(Reg::Persistent(_)) => return None,
+            },
+        }
+    }
+    Some(qs)
+}
+
+/// The vector loop over the first `words & !(VEC_WORDS - 1)` words;
+/// returns how many words are left for the scalar loop.
+fn gen_vector_loop(
+    b: &mut FunctionBuilder<'_>,
+    plan: &[VecStage],
+    vars: &[PipeVars],
+    store: bool,
+    words: Value,
+    (src, dst, count): (Variable, Variable, Variable),
+) -> Value {
+    let v64 = types::I64X2;
+    let lanes = MemFlagsData::new().with_endianness(Endianness::Little);
+    let zero = b.func.dfg.constants.insert(vec![0u8; 16].into());
+    let low = b
+        .func
+        .dfg
+        .constants
+        .insert([0xffu8, 0xff, 0xff, 0xff, 0, 0, 0, 0].repeat(2).into());
+    // Per accumulation target (pipe, register): sums of low and high halves.
+    let mut sums: Vec<((usize, usize), Variable, Variable)> = Vec::new();
+    for (i, stage) in plan.iter().enumerate() {
+        if let VecStage::Accumulate(qs) = stage {
+            for &q in qs {
+                if !sums.iter().any(|s| s.0 == (i, q)) {
+                    let lo = b.declare_var(v64);
+                    let hi = b.declare_var(v64);
+                    let z = b.ins().vconst(v64, zero);
+                    b.def_var(lo, z);
+                    b.def_var(hi, z);
+                    sums.push(((i, q), lo, hi));
+                }
+            }
+        }
+    }
+    let n = b
+        .ins()
+        .ushr_imm_u(words, i64::from(VEC_WORDS.trailing_zeros()));
+    b.def_var(count, n);
+    let head = b.create_block();
+    let body = b.create_block();
+    let done = b.create_block();
+    b.ins().jump(head, &[]);
+    b.switch_to_block(head);
+    let c = b.use_var(count);
+    b.ins().brif(c, body, &[], done, &[]);
+    b.switch_to_block(body);
+    let s = b.use_var(src);
+    let d = b.use_var(dst);
+    let mask32 = b.ins().vconst(v64, low);
+    for k in 0..VEC_WORDS / 2 {
+        let o = 16 * k as i32;
+        let mut v = b.ins().load(types::I8X16, mem(), s, o);
+        for (i, stage) in plan.iter().enumerate() {
+            match stage {
+                VecStage::Skip => {}
+                VecStage::Swap(g) => {
+                    let w = g.bytes() as u8;
+                    let idx: Vec<u8> = (0..16u8).map(|j| j - j % w + (w - 1 - j % w)).collect();
+                    let idx = b.func.dfg.immediates.push(idx.into());
+                    v = b.ins().shuffle(v, v, idx);
+                }
+                VecStage::Accumulate(qs) => {
+                    let x = b.ins().bitcast(v64, lanes, v);
+                    let lo = b.ins().band(x, mask32);
+                    let hi = b.ins().ushr_imm_u(x, 32);
+                    for &q in qs {
+                        // Every target was given its sums above.
+                        if let Some(&(_, slo, shi)) = sums.iter().find(|t| t.0 == (i, q)) {
+                            let a = b.use_var(slo);
+                            let a = b.ins().iadd(a, lo);
+                            b.def_var(slo, a);
+                            let a = b.use_var(shi);
+                            let a = b.ins().iadd(a, hi);
+                            b.def_var(shi, a);
+                        }
+                    }
+                }
+            }
+        }
+        if store {
+            b.ins().store(mem(), v, d, o);
+        }
+    }
+    let step = 8 * i64::from(VEC_WORDS);
+    let s = b.ins().iadd_imm_s(s, step);
+    b.def_var(src, s);
+    let d = b.ins().iadd_imm_s(d, step);
+    b.def_var(dst, d);
+    let c = b.use_var(count);
+    let c = b.ins().iadd_imm_s(c, -1);
+    b.def_var(count, c);
+    b.ins().jump(head, &[]);
+    b.switch_to_block(done);
+    // S = the low halves' sum + (the high halves' sum << 32), added to the
+    // accumulator's 128-bit sum.
+    for ((i, q), lo, hi) in sums {
+        let mut total = None;
+        for (var, shift) in [(lo, 0), (hi, 32)] {
+            let v = b.use_var(var);
+            let x0 = b.ins().extractlane(v, 0);
+            let x0 = b.ins().uextend(types::I128, x0);
+            let x1 = b.ins().extractlane(v, 1);
+            let x1 = b.ins().uextend(types::I128, x1);
+            let mut part = b.ins().iadd(x0, x1);
+            if shift > 0 {
+                part = b.ins().ishl_imm_u(part, shift);
+            }
+            total = Some(match total {
+                Some(t) => b.ins().iadd(t, part),
+                None => part,
+            });
+        }
+        if let Some(t) = total {
+            let var = vars[i].vars[q];
+            let acc = b.use_var(var);
+            let acc = b.ins().iadd(acc, t);
+            b.def_var(var, acc);
+        }
+    }
+    b.ins().band_imm_u(words, i64::from(VEC_WORDS - 1))
 }

@@ -394,9 +394,9 @@ impl Pipe {
                         amount,
                     })
                 }
-                Insn::Bswap { width, .. } if width == Gauge::G8 => {
-                    return Err(PipeError::BadBswapWidth { pipe: p, insn: i })
-                }
+                Insn::Bswap {
+                    width: Gauge::G8, ..
+                } => return Err(PipeError::BadBswapWidth { pipe: p, insn: i }),
                 _ => {}
             }
         }

@@ -74,12 +74,6 @@ impl PipeList {
         &self.pipes
     }
 
-    /// The list's pipes followed by `other`'s (validated again: the
-    /// composition may exceed the limits its parts respect).
-    pub fn then(&self, other: &PipeList) -> Result<PipeList, PipeError> {
-        PipeList::new(self.pipes.iter().chain(&other.pipes).cloned().collect())
-    }
-
     /// The bytes an application sends to the multiplexer.
     pub fn encode(&self) -> Vec<u8> {
         lang::encode(&self.pipes)
@@ -198,11 +192,22 @@ impl Compiled {
             return;
         }
         let words = len / 8;
-        if words > 0 {
-            // SAFETY: the loop reads and writes `8 * words <= len` bytes of
-            // the caller's buffers; `regs` holds every persistent register
-            // the code loads and stores.
-            unsafe { (self.code.copy)(src, dst, words, self.state.regs.as_mut_ptr()) };
+        let mut done = 0;
+        while done < words {
+            // Split at word boundaries, which changes nothing (see interp).
+            let n = (words - done).min(jit::MAX_CALL_WORDS);
+            // SAFETY: the loop reads and writes `8 * n` bytes from word
+            // `done` on, within the caller's `len`; `regs` holds every
+            // persistent register the code loads and stores.
+            unsafe {
+                (self.code.copy)(
+                    src.add(8 * done),
+                    dst.add(8 * done),
+                    n,
+                    self.state.regs.as_mut_ptr(),
+                )
+            };
+            done += n;
         }
         let r = len % 8;
         if r > 0 {
@@ -219,17 +224,19 @@ impl Compiled {
     /// registers see the data (e.g. a checksum over bytes no one copies).
     pub fn scan(&mut self, src: &[u8]) {
         let words = src.len() / 8;
-        if words > 0 && !self.state.pipes.is_empty() {
-            // SAFETY: the scan loop only reads `8 * words` bytes of `src`
-            // (its destination pointer is never used).
-            unsafe {
-                (self.code.scan)(
-                    src.as_ptr(),
-                    std::ptr::null_mut(),
-                    words,
-                    self.state.regs.as_mut_ptr(),
-                )
-            };
+        if !self.state.pipes.is_empty() {
+            for chunk in src[..8 * words].chunks(8 * jit::MAX_CALL_WORDS) {
+                // SAFETY: the scan loop only reads the chunk's words (its
+                // destination pointer is never used).
+                unsafe {
+                    (self.code.scan)(
+                        chunk.as_ptr(),
+                        std::ptr::null_mut(),
+                        chunk.len() / 8,
+                        self.state.regs.as_mut_ptr(),
+                    )
+                };
+            }
         }
         let mut buf = [0u8; 8];
         let rest = &src[8 * words..];

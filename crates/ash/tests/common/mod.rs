@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 
-use etherparse::{LinkSlice, NetSlice, SlicedPacket, TransportSlice};
+use etherparse::{LinkSlice, NetSlice, SlicedPacket, TransportSlice, VlanSlice};
 use exonet_ash::handler::{Engine, Handler, HandlerConfig, Outbox, Run, Window};
 use exonet_wire::{build, MacAddr};
 
@@ -130,8 +130,14 @@ pub fn reply_payload(reply: &[u8], request: &[u8]) -> Vec<u8> {
         .calc_checksum_ipv4(&header, pu.payload())
         .expect("fits");
     assert_eq!(sum, pu.checksum(), "UDP checksum");
+    let tags = match rep.vlan {
+        None => 0,
+        Some(VlanSlice::SingleVlan(_)) => 1,
+        Some(VlanSlice::DoubleVlan(_)) => 2,
+    };
+    let link_len = 14 + 4 * tags;
     assert_eq!(
-        usize::from(ph.total_len()) + 14,
+        usize::from(ph.total_len()) + link_len,
         reply.len(),
         "no trailing bytes"
     );

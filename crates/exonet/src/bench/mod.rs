@@ -20,7 +20,9 @@
 //!   and AF_PACKET against kernel UDP), and the processes it starts;
 //! - [`udp`]: the `udp` suite (exonet's UDP sockets against Linux's, over
 //!   memwire and veth);
-//! - [`tcp`]: the `tcp` suite (exonet's TCP against Linux's over veth).
+//! - [`tcp`]: the `tcp` suite (exonet's TCP against Linux's over veth);
+//! - [`ash`]: the `ash` suite (dynamic ILP against separate and
+//!   hand-integrated loops).
 
 use std::process::ExitCode;
 
@@ -28,6 +30,7 @@ use clap::{Args, Subcommand};
 
 use report::Fail;
 
+pub mod ash;
 pub mod ash_handlers;
 pub mod bpf;
 pub mod dpf;
@@ -61,6 +64,10 @@ pub enum Suite {
     /// round trips, throughput (with and without Linux's offloads) and
     /// connections per second.
     Tcp(tcp::TcpArgs),
+    /// Application-specific handlers: dynamic ILP (a pipe list compiled
+    /// into one copying loop) against separate passes, a hand-integrated
+    /// loop and memcpy (the ASH paper's Table 5).
+    Ash(ash::AshArgs),
 }
 
 /// Options every suite takes.
@@ -99,6 +106,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         Suite::Endpoint(a) => endpoint::run(a),
         Suite::Udp(a) => udp::run(a),
         Suite::Tcp(a) => tcp::run(a),
+        Suite::Ash(a) => ash::run(a),
     }
 }
 
