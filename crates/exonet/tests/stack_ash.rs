@@ -123,7 +123,10 @@ fn bad_handlers_are_refused_with_the_reason() {
         module: b"(module)".to_vec(),
         ..HandlerSpec::default()
     });
-    assert!(e.contains("handler refused") && e.contains("ash_handle"), "{e}");
+    assert!(
+        e.contains("handler refused") && e.contains("ash_handle"),
+        "{e}"
+    );
     let e = refused(HandlerSpec {
         module: examples::EMPTY_WAT.as_bytes().to_vec(),
         window: Some((w.offset() + w.len() as u32 - 8, 4096)),

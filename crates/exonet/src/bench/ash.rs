@@ -35,6 +35,9 @@
 //!
 //! Goals (the paper's): `exonet-dilp` at least 1.4× `separate`, and within
 //! 10% of `hand-integrated`.
+//!
+//! The handler cases, `remote-increment` (Table 6, Figure 5) and
+//! `handler-overhead`, are in [`ash_handlers`](crate::bench::ash_handlers).
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -43,6 +46,7 @@ use std::time::{Duration, Instant};
 use exonet_ash::pipe::{builtins, PipeList};
 use exonet_ash::Transfer;
 
+use crate::bench::ash_handlers;
 use crate::bench::measure::{ns_per_op, Budget};
 use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::RunOpts;
@@ -55,7 +59,12 @@ pub struct AshArgs {
 
 const COPY_CKSUM: &str = "ilp-copy-cksum";
 const COPY_CKSUM_BSWAP: &str = "ilp-copy-cksum-bswap";
-const CASES: [&str; 2] = [COPY_CKSUM, COPY_CKSUM_BSWAP];
+const CASES: [&str; 4] = [
+    COPY_CKSUM,
+    COPY_CKSUM_BSWAP,
+    ash_handlers::HANDLER_OVERHEAD,
+    ash_handlers::REMOTE_INCREMENT,
+];
 
 const DILP: &str = "exonet-dilp";
 const HAND: &str = "hand-integrated";
@@ -85,13 +94,36 @@ pub fn run(args: &AshArgs) -> ExitCode {
         });
         rep.goal(case, "gbps", (DILP, HAND), "at least 0.9x", |r| r >= 0.9);
     }
+    if opts.wants(ash_handlers::HANDLER_OVERHEAD) {
+        ash_handlers::overhead(opts, &mut rep);
+    }
+    if opts.wants(ash_handlers::REMOTE_INCREMENT) {
+        ash_handlers::remote_increment(opts, &mut rep);
+    }
+    let run = if opts.quick { "--quick" } else { "full run" };
     rep.print_table(
         &format!(
-            "ash: (Nx) = ratio to exonet-dilp; gbps of {MSG}-byte messages, higher is better; {}",
-            if opts.quick { "--quick" } else { "full run" }
+            "ash: (Nx) = ratio to exonet-dilp; gbps of {MSG}-byte messages, higher is better; {run}"
         ),
         &SYSTEMS,
         DILP,
+    );
+    rep.print_table(
+        &format!("ash: handler cost, ns per frame, lower is better; {run}"),
+        &ash_handlers::OVERHEAD_SYSTEMS,
+        ash_handlers::OVERHEAD_SYSTEMS[0],
+    );
+    let rtt: Vec<String> = ash_handlers::LOADS
+        .iter()
+        .flat_map(|n| [format!("handler-{n}"), format!("app-{n}")])
+        .collect();
+    let rtt: Vec<&str> = rtt.iter().map(String::as_str).collect();
+    rep.print_table(
+        &format!(
+            "ash: remote increment, mean µs per round trip with N competing processes, lower is better; {run}"
+        ),
+        &rtt,
+        "handler-0",
     );
     rep.exit_code()
 }

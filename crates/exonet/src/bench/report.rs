@@ -339,8 +339,15 @@ impl Reporter {
         for (key, why, cases) in notes {
             let _ = writeln!(out, "  {key} ({}): {why}", cases.join(", "));
         }
+        // A note about a case goes with that case's table; one about no
+        // case with every table.
+        let about = |n: &str, case: &str| n.split_whitespace().any(|w| w == case);
         for n in &self.notes {
-            let _ = writeln!(out, "  {n}");
+            let ours = cases.iter().any(|(c, _)| about(n, c));
+            let general = !self.records.iter().any(|r| about(n, &r.case));
+            if ours || general {
+                let _ = writeln!(out, "  {n}");
+            }
         }
         out
     }
@@ -475,5 +482,24 @@ mod tests {
         assert!(rows.iter().all(|r| r.ends_with("skipped")), "{t}");
         assert_eq!(r.value("rtt", "linux", "us_rtt_p99"), Some(60.0));
         assert_eq!(r.value("rtt", "busy", "us_rtt"), None);
+    }
+
+    #[test]
+    fn a_note_goes_with_its_cases_table() {
+        let mut r = Reporter::new("ash", true);
+        r.push("ilp", "dilp", "gbps", Outcome::Value(2.0));
+        r.push("ilp", "separate", "gbps", Outcome::Value(1.0));
+        r.push("rtt", "handler-0", "us_rtt", Outcome::Value(5.0));
+        r.goal("ilp", "gbps", ("dilp", "separate"), "at least 1.4x", |x| {
+            x >= 1.4
+        });
+        r.note("floor: 1 ns".into());
+        let ilp = r.table("t", &["dilp", "separate"], "dilp");
+        let rtt = r.table("t", &["handler-0"], "handler-0");
+        assert!(
+            ilp.contains("goal ilp gbps") && !rtt.contains("goal ilp"),
+            "{ilp}{rtt}"
+        );
+        assert!(ilp.contains("floor") && rtt.contains("floor"), "{ilp}{rtt}");
     }
 }
