@@ -41,6 +41,9 @@ pub struct DaemonArgs {
     /// work).
     #[arg(long, default_value_t = 64)]
     idle_spins: u32,
+    /// Microseconds of polling, once idle, before sleeping.
+    #[arg(long, default_value_t = 50)]
+    idle_spin_us: u64,
 }
 
 /// `ADDR/LEN`.
@@ -86,6 +89,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     let mut config = DaemonConfig::new(socket.clone(), prefixes.clone());
     config.run = RunConfig {
         idle_spins: args.idle_spins.max(1),
+        idle_spin: Duration::from_micros(args.idle_spin_us),
         latency: Duration::from_micros(args.latency_us.max(1)),
     };
     let mut daemon = Daemon::bind(mux, config)

@@ -243,6 +243,10 @@ pub struct RunConfig {
     /// Empty polls in a row before the loop sleeps; while there is work it
     /// never sleeps.
     pub idle_spins: u32,
+    /// How long the loop, once idle, keeps polling before it sleeps (as
+    /// Linux's busy polling): an answer that comes back within it finds the
+    /// loop awake, not a CPU that must first be woken (slow in a VM).
+    pub idle_spin: Duration,
     /// Longest sleep: the latency bound for work nobody signals (an
     /// application that published without a kick, a link without a
     /// descriptor).
@@ -253,6 +257,7 @@ impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
             idle_spins: 64,
+            idle_spin: Duration::from_micros(50),
             latency: Duration::from_millis(1),
         }
     }
@@ -260,18 +265,23 @@ impl Default for RunConfig {
 
 /// The adaptive half of a run loop (Expert's interrupt-mitigation
 /// trade-off): busy-poll while rounds find work, and sleep after
-/// [`RunConfig::idle_spins`] empty rounds in a row.
+/// [`RunConfig::idle_spins`] empty rounds in a row that also span
+/// [`RunConfig::idle_spin`].
 #[derive(Clone, Copy, Debug)]
 pub struct Idle {
     spins: u32,
+    spin: Duration,
     empty: u32,
+    last_work: Option<Instant>,
 }
 
 impl Idle {
     pub fn new(config: RunConfig) -> Idle {
         Idle {
             spins: config.idle_spins,
+            spin: config.idle_spin,
             empty: 0,
+            last_work: None,
         }
     }
 
@@ -280,6 +290,7 @@ impl Idle {
     pub fn should_sleep(&mut self, work: usize) -> bool {
         if work > 0 {
             self.empty = 0;
+            self.last_work = None;
             return false;
         }
         self.empty += 1;
@@ -287,7 +298,15 @@ impl Idle {
             std::hint::spin_loop();
             return false;
         }
+        // The clock is read only once the cheap count has run out.
+        let now = Instant::now();
+        let since = *self.last_work.get_or_insert(now);
+        if now.saturating_duration_since(since) < self.spin {
+            std::hint::spin_loop();
+            return false;
+        }
         self.empty = 0;
+        self.last_work = None;
         true
     }
 }

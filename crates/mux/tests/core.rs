@@ -211,6 +211,7 @@ fn run_loop_moves_frames_and_sleeps_when_idle() {
     send(&mut app, bufs[0], &udp_from(5000, b"out"), ch.0);
     let cfg = exonet_mux::RunConfig {
         idle_spins: 4,
+        idle_spin: Duration::ZERO,
         latency: Duration::from_millis(5),
     };
     let t0 = Instant::now();

@@ -25,6 +25,7 @@ use exonet_wire::ethernet::MacAddr;
 use exonet_wire::rng::SplitMix64;
 use exonet_wire::tcp::flags;
 
+mod ash;
 mod raw;
 mod tcp;
 mod tour;
@@ -205,6 +206,9 @@ fn run_inner(args: &DemoArgs) -> Result<(), String> {
     dpf_tour(args)?;
     let raw = raw::tour(n)?;
     sockets(n, raw)?;
+    let h = two_hosts("demo-ash").map_err(|e| format!("two hosts on a memwire: {e}"))?;
+    ash::tour(&h, n)?;
+    drop(h);
     tcp::lossy_transfer(args.tcp_mb << 20)?;
     println!("\nnext: `exonet demo --veth` (root) runs the sockets tour against Linux;");
     println!("      `exonet bench dpf` compares with libpcap, hand-written Rust and eBPF;");
