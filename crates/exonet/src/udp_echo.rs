@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use exonet_shm::control::HandlerSpec;
 use exonet_stack::ipv4_rx::Ipv4Drop;
 use exonet_stack::{StackStats, UdpSocket};
 
@@ -26,6 +27,14 @@ pub struct UdpEchoArgs {
     /// library's, 30 s).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     reasm_timeout: Option<u64>,
+    /// A handler (ASH) to install on the socket: a WebAssembly module,
+    /// binary or text (e.g. crates/ash/handlers/udp_echo.wat); what it
+    /// leaves is echoed as usual.
+    #[arg(long, value_name = "FILE")]
+    handler: Option<std::path::PathBuf>,
+    /// Bytes of the segment to grant the handler as its window.
+    #[arg(long, default_value_t = 0, requires = "handler")]
+    window: usize,
 }
 
 static DUMP: AtomicBool = AtomicBool::new(false);
@@ -55,12 +64,30 @@ fn serve(args: &UdpEchoArgs) -> io::Result<()> {
     if let Some(ms) = args.reasm_timeout {
         config.reasm.timeout = Duration::from_millis(ms);
     }
+    config.window = args.window;
     let stack = tool::open_stack(args.at.socket.as_ref(), &config)?;
     let ip = args.at.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let sock = UdpSocket::bind(&stack, (ip, args.at.port))?;
+    if let Some(path) = &args.handler {
+        let module = std::fs::read(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("handler {}: {e}", path.display())))?;
+        let window = stack.window().map(|w| (w.offset(), w.len() as u32));
+        sock.install_handler(&HandlerSpec {
+            module,
+            window,
+            ..HandlerSpec::default()
+        })?;
+    }
     sock.set_read_timeout(Some(tool::TICK))?;
     sock.set_write_timeout(Some(SEND_WAIT))?;
-    eprintln!("exonet udp-echo: listening on {}", sock.local_addr()?);
+    match &args.handler {
+        Some(path) => eprintln!(
+            "exonet udp-echo: listening on {}, handler {} installed",
+            sock.local_addr()?,
+            path.display()
+        ),
+        None => eprintln!("exonet udp-echo: listening on {}", sock.local_addr()?),
+    }
     let limit = args.at.count.unwrap_or(u64::MAX);
     let mut counts = Counts::default();
     let mut buf = vec![0u8; 65536];

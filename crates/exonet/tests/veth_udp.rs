@@ -199,3 +199,32 @@ fn hostile_udp_input_is_counted_and_forgotten(link: &str, suffix: &str, subnet: 
     assert_eq!(field(&mux, "frag", "held_bytes"), 0, "{mux:#?}");
     assert!(rig.daemon_alive());
 }
+
+#[test]
+fn a_handler_answers_linux_over_afxdp() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut rig = Rig::new("afxdp", "", 55);
+    let handler = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ash/handlers/udp_echo.wat")
+        .to_string_lossy()
+        .into_owned();
+    let (echo, mut out) = udp_echo(&rig.sock, &["--port", "7", "--handler", &handler]);
+    rig.procs.push(echo);
+    // Linux's nc is answered by the handler in the multiplexer: the echo
+    // application never sees the datagrams.
+    for i in 0..3 {
+        let nc = format!("printf hello-ash-{i} | nc -u -w 1 {} 7", rig.exo_ip);
+        let out = run(rig.linux("sh").args(["-c", &nc]));
+        assert_eq!(text(&out.stdout), format!("hello-ash-{i}"));
+    }
+    let mux = stats(&rig.sock);
+    assert_eq!(field(&mux, "channel", "handler_runs"), 3, "{mux:#?}");
+    assert_eq!(field(&mux, "channel", "handler_sent"), 3, "{mux:#?}");
+    assert_eq!(field(&mux, "channel", "rx_consumed"), 3, "{mux:#?}");
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
+    assert_eq!(json_u64(&last, "answered"), Some(0), "{last}");
+    assert!(rig.daemon_alive());
+}
