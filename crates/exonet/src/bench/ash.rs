@@ -32,7 +32,7 @@
 //! Every system's output (checksum and destination bytes) is checked
 //! against a plain reference once before it is timed; a mismatch is an
 //! error line. The destination lies half a page from the source modulo
-//! 4096 (no 4K aliasing for any system). The systems are timed in three
+//! 4096 (no 4K aliasing for any system). The systems are timed in six
 //! interleaved rounds and each one's best round counts (see [`ROUNDS`]).
 //!
 //! Goals (the paper's): `exonet-dilp` at least 1.4× `separate`, and within
@@ -110,7 +110,7 @@ type Timer<'a> = Box<dyn FnMut(&Budget) -> f64 + 'a>;
 /// after the other, and its best round counts, so that a burst of load
 /// from other processes on a shared machine slows down one round of every
 /// system rather than all of one system's time.
-const ROUNDS: u32 = 3;
+const ROUNDS: u32 = 6;
 
 /// One ILP case: every system checked, then timed.
 fn ilp(case: &str, bswap: bool, budget: &Budget, rep: &mut Reporter) {
