@@ -266,6 +266,9 @@ impl Probe {
 impl Layer for Probe {
     fn body(&mut self, msg: &mut Message<'_>) -> Result<Pass, LayerError> {
         self.say("body");
+        // Each probe below stripped one byte.
+        assert_eq!(msg.offset(), self.id);
+        assert_eq!(msg.remaining(), msg.frame().len() - self.id);
         msg.strip(1)?;
         self.body
     }
@@ -332,6 +335,12 @@ fn commits_run_in_fifo_order_and_failures_abort_the_affected_layers() {
     // Nobody consumed: delivered after the commits.
     assert_eq!(c.run(b"ab"), Verdict::Deliver);
     assert_eq!(drain(&log), "body 0, body 1, commit 0, commit 1");
+}
+
+#[test]
+fn compositions_are_send() {
+    fn send<T: Send>() {}
+    send::<Composition>();
 }
 
 #[test]

@@ -1,21 +1,5 @@
-//! The reference semantics of a pipe list, word by word.
-//!
-//! The stream is cut into 64-bit little-endian words. Every pipe runs on
-//! each word in list order: once on the whole word if it is commutative or
-//! 64 bits wide, else once per lane of its gauge (lowest address first), the
-//! lanes of its output put back where they came from, so gauges convert by
-//! splitting and aggregating words.
-//!
-//! The last `len % 8` bytes (the tail) run through each pipe in turn:
-//! - a non-modifying pipe sees them zero-padded: a commutative one as one
-//!   64-bit word, others as the lanes the bytes touch (RFC 1071 pads an odd
-//!   byte with zero the same way);
-//! - a modifying pipe runs on the tail's whole lanes of its own gauge (a
-//!   commutative one too: it cannot be widened over bytes that are not
-//!   there) and leaves a partial lane unchanged.
-//!
-//! So a transfer split into parts at multiples of 8 bytes computes exactly
-//! what one transfer does.
+//! The reference semantics of a pipe list, word by word, as the module
+//! doc of [`super`] states them.
 
 use super::lang::{BinOp, Gauge, Insn, Pipe, Reg, ShiftOp, MAX_TEMPS};
 

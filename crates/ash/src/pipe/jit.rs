@@ -19,11 +19,13 @@
 //!
 //! When every pipe of the list is lane-wise, has no effect at all, or only
 //! accumulates its (whole-word) input with end-around carry (the checksum),
-//! a vector loop first runs four words at a time in 128-bit registers: a
-//! byte shuffle for the swaps, and for each accumulator the low and the
-//! high 32-bit halves of the words summed in 64-bit lanes, which gives the
-//! integer sum S exactly (the caller keeps each call under 2^34 bytes, so
-//! the lanes cannot overflow); the scalar loop finishes the last words.
+//! a vector loop first runs 16 words at a time in 128-bit registers: a
+//! byte shuffle for the swaps, and for each accumulator the words and
+//! their high 32-bit halves summed in 64-bit lanes, which gives the integer
+//! sum S exactly (the low halves' sum is the words' wrapped sum minus the
+//! high halves' sum shifted by 32, and the caller keeps each call under
+//! [`MAX_CALL_WORDS`], so that neither overflows); the scalar loop finishes
+//! the last words.
 //!
 //! The tail (fewer than 8 bytes)
 //! is left to the interpreter's [`super::interp::tail`], so both executions
@@ -45,8 +47,9 @@ use super::lang::{BinOp, Gauge, Insn, Pipe, PipeError, Reg, ShiftOp, MAX_TEMPS};
 /// `regs`. `words` must be at most [`MAX_CALL_WORDS`].
 type LoopFn = unsafe extern "C" fn(*const u8, *mut u8, usize, *mut u64);
 
-/// Most words per call: the vector loop's 64-bit lanes each add at most
-/// 2^32 - 1 per 16 bytes, so 2^31 words cannot overflow them.
+/// Most words per call: the vector loop's lanes sum the high and (in
+/// effect) the low 32-bit halves of the words in 64 bits; 2^31 words give
+/// each lane fewer than 2^30 additions of values under 2^32.
 pub(crate) const MAX_CALL_WORDS: usize = 1 << 31;
 
 /// The generated code of one pipe list.
@@ -542,6 +545,10 @@ fn lanes_bswap(b: &mut FunctionBuilder<'_>, g: Gauge, w: Value) -> Value {
     }
 }
 
+/// One accumulator's sums in the vector loop: per set, the words' sum
+/// and their high halves' sum.
+type SumSets = [[Variable; 2]; 2];
+
 /// What the vector loop does for one pipe.
 enum VecStage {
     /// Nothing: the identity, or a non-modifying pipe without effects.
@@ -552,8 +559,9 @@ enum VecStage {
     Accumulate(Vec<usize>),
 }
 
-/// Words the vector loop runs per iteration (four 128-bit vectors).
-const VEC_WORDS: u32 = 8;
+/// Words the vector loop runs per iteration (eight 128-bit vectors: fewer
+/// pay for the loop's bookkeeping on 4 KB messages, more did not help).
+const VEC_WORDS: u32 = 16;
 
 /// How the vector loop runs the list, if every pipe can run on vectors
 /// exactly (see the module doc).
@@ -627,23 +635,25 @@ fn gen_vector_loop(
     let v64 = types::I64X2;
     let lanes = MemFlagsData::new().with_endianness(Endianness::Little);
     let zero = b.func.dfg.constants.insert(vec![0u8; 16].into());
-    let low = b
-        .func
-        .dfg
-        .constants
-        .insert([0xffu8, 0xff, 0xff, 0xff, 0, 0, 0, 0].repeat(2).into());
-    // Per accumulation target (pipe, register): sums of low and high halves.
-    let mut sums: Vec<((usize, usize), Variable, Variable)> = Vec::new();
+    // Per accumulation target (pipe, register), two sets (even and odd
+    // vectors, two independent dependency chains) of two sums: of the
+    // words, wrapping, and of their high halves. The low halves' sum, which
+    // fits 64 bits, is the first minus the second shifted by 32.
+    let mut sums: Vec<((usize, usize), SumSets)> = Vec::new();
     for (i, stage) in plan.iter().enumerate() {
         if let VecStage::Accumulate(qs) = stage {
             for &q in qs {
                 if !sums.iter().any(|s| s.0 == (i, q)) {
-                    let lo = b.declare_var(v64);
-                    let hi = b.declare_var(v64);
                     let z = b.ins().vconst(v64, zero);
-                    b.def_var(lo, z);
-                    b.def_var(hi, z);
-                    sums.push(((i, q), lo, hi));
+                    let mut set = || {
+                        let all = b.declare_var(v64);
+                        let hi = b.declare_var(v64);
+                        b.def_var(all, z);
+                        b.def_var(hi, z);
+                        [all, hi]
+                    };
+                    let sets = [set(), set()];
+                    sums.push(((i, q), sets));
                 }
             }
         }
@@ -662,7 +672,6 @@ fn gen_vector_loop(
     b.switch_to_block(body);
     let s = b.use_var(src);
     let d = b.use_var(dst);
-    let mask32 = b.ins().vconst(v64, low);
     for k in 0..VEC_WORDS / 2 {
         let o = 16 * k as i32;
         let mut v = b.ins().load(types::I8X16, mem(), s, o);
@@ -677,14 +686,14 @@ fn gen_vector_loop(
                 }
                 VecStage::Accumulate(qs) => {
                     let x = b.ins().bitcast(v64, lanes, v);
-                    let lo = b.ins().band(x, mask32);
                     let hi = b.ins().ushr_imm_u(x, 32);
                     for &q in qs {
                         // Every target was given its sums above.
-                        if let Some(&(_, slo, shi)) = sums.iter().find(|t| t.0 == (i, q)) {
-                            let a = b.use_var(slo);
-                            let a = b.ins().iadd(a, lo);
-                            b.def_var(slo, a);
+                        if let Some(&(_, sets)) = sums.iter().find(|t| t.0 == (i, q)) {
+                            let [all, shi] = sets[k as usize % 2];
+                            let a = b.use_var(all);
+                            let a = b.ins().iadd(a, x);
+                            b.def_var(all, a);
                             let a = b.use_var(shi);
                             let a = b.ins().iadd(a, hi);
                             b.def_var(shi, a);
@@ -709,10 +718,15 @@ fn gen_vector_loop(
     b.switch_to_block(done);
     // S = the low halves' sum + (the high halves' sum << 32), added to the
     // accumulator's 128-bit sum.
-    for ((i, q), lo, hi) in sums {
+    for ((i, q), [[all0, hi0], [all1, hi1]]) in sums {
+        let (a0, a1) = (b.use_var(all0), b.use_var(all1));
+        let all = b.ins().iadd(a0, a1);
+        let (h0, h1) = (b.use_var(hi0), b.use_var(hi1));
+        let hi = b.ins().iadd(h0, h1);
+        let shifted = b.ins().ishl_imm_u(hi, 32);
+        let lo = b.ins().isub(all, shifted);
         let mut total = None;
-        for (var, shift) in [(lo, 0), (hi, 32)] {
-            let v = b.use_var(var);
+        for (v, shift) in [(lo, 0), (hi, 32)] {
             let x0 = b.ins().extractlane(v, 0);
             let x0 = b.ins().uextend(types::I128, x0);
             let x1 = b.ins().extractlane(v, 1);

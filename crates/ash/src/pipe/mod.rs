@@ -7,8 +7,33 @@
 //! gauges; [`PipeList::compile`] turns it into ONE copying loop (Cranelift)
 //! that runs every pipe on each word in registers, and
 //! [`PipeList::interpret`] runs the same semantics word by word (the
-//! reference: see [`interp`](self) for the exact rules, including the
-//! tail shorter than a word). Both implement [`crate::Transfer`].
+//! reference). Both implement [`crate::Transfer`].
+//!
+//! # Semantics
+//!
+//! The stream is cut into 64-bit little-endian words. Every pipe runs on
+//! each word in list order: once on the whole word if it is commutative or
+//! 64 bits wide, else once per lane of its gauge (lowest address first), the
+//! lanes of its output put back where they came from, so gauges convert by
+//! splitting and aggregating words. Registers are 64 bits; `Input` gives
+//! the lane zero-extended, the output is truncated to the lane.
+//!
+//! The last `len % 8` bytes (the tail) run through each pipe in turn:
+//! - a non-modifying pipe sees them zero-padded: a commutative one as one
+//!   64-bit word, others as the lanes the bytes touch (RFC 1071 pads an odd
+//!   byte with zero the same way);
+//! - a modifying pipe runs on the tail's whole lanes of its own gauge (a
+//!   commutative one too: it cannot be widened over bytes that are not
+//!   there) and leaves a partial lane unchanged.
+//!
+//! So a transfer split into parts at multiples of 8 bytes computes exactly
+//! what one transfer does (registers and bytes); the Internet checksum
+//! ([`builtins::checksum`]) only needs parts of even length.
+//!
+//! A transfer's cost ([`crate::Transfer::cost`], §3.3) is
+//! [`TRANSFER_BASE_COST`] plus [`PipeList::word_cost`] (the pipes'
+//! instructions times the lanes they run on, plus 4 for the load, the
+//! store and the loop) per started 64-bit word.
 //!
 //! ```
 //! use exonet_ash::pipe::{builtins, PipeList};
