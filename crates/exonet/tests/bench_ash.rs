@@ -30,3 +30,40 @@ fn quick_ash_suite_reports_every_case_system_and_metric() {
     }
     check_suite(&stdout, "ash", &want, &[]);
 }
+
+/// The handler cases: the invocation costs, and the remote increment with
+/// competing processes (skipped without root, which its real-time
+/// scheduling needs).
+#[test]
+fn quick_ash_handler_cases_report_every_system() {
+    let stdout = bench(&[
+        "ash",
+        "--quick",
+        "--json-only",
+        "--case",
+        "handler-overhead",
+        "--case",
+        "remote-increment",
+    ]);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut want = Vec::new();
+    for system in ["empty", "remote-write-wasm", "remote-write-native"] {
+        want.push((
+            "handler-overhead",
+            system.to_string(),
+            "ns_per_frame",
+            false,
+        ));
+    }
+    for n in [0, 1, 2, 4, 8] {
+        for server in ["handler", "app"] {
+            want.push(("remote-increment", format!("{server}-{n}"), "us_rtt", !root));
+        }
+    }
+    let want: Vec<(&str, &str, &str, bool)> = want
+        .iter()
+        .map(|(c, s, m, k)| (*c, s.as_str(), *m, *k))
+        .collect();
+    check_suite(&stdout, "ash", &want, &[]);
+}
