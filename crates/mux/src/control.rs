@@ -23,7 +23,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use exonet_dpf::Filter;
-use exonet_shm::control::HandlerSpec;
 use exonet_shm::control::{
     ErrorCode, PeerCred, Record, Reply, Request, SeqListener, SeqPacket, CONTROL_VERSION,
     MAX_MESSAGE, STATS_PAGE,
@@ -444,9 +443,7 @@ impl Daemon {
             Request::InstallHandler {
                 channel,
                 module_len,
-                window,
-                fuel,
-                pipe_lists,
+                spec,
             } => {
                 let ch = self.owned_channel(conn, channel)?;
                 let [fd] = <[OwnedFd; 1]>::try_from(fds).map_err(|_| {
@@ -454,12 +451,6 @@ impl Daemon {
                 })?;
                 let module = read_blob(&fd, module_len as usize)
                     .map_err(|e| (ErrorCode::BadHandler, format!("handler module: {e}")))?;
-                let spec = HandlerSpec {
-                    module: Vec::new(),
-                    pipe_lists,
-                    window,
-                    fuel,
-                };
                 self.mux
                     .install_handler(ch, &spec, &module)
                     .map_err(refused)?;

@@ -542,6 +542,30 @@ struct Channel {
     conn: Option<ConnTrack>,
 }
 
+/// What delivering to a channel takes of the multiplexer, borrowed field by
+/// field ([`delivery!`]): the frame being delivered borrows its receive
+/// arena.
+struct Delivery<'m> {
+    channels: &'m mut IdMap<Channel>,
+    endpoints: &'m mut BTreeMap<EndpointId, Endpoint>,
+    hx: &'m mut HandlerTx,
+    limits: &'m HandlerLimits,
+    free_retries: u32,
+}
+
+/// The [`Delivery`] of a `Mux`.
+macro_rules! delivery {
+    ($mux:ident) => {
+        Delivery {
+            channels: &mut $mux.channels,
+            endpoints: &mut $mux.endpoints,
+            hx: &mut $mux.handler_tx,
+            limits: &$mux.config.handlers,
+            free_retries: $mux.config.free_retries,
+        }
+    };
+}
+
 /// The multiplexer.
 pub struct Mux {
     link: Box<dyn Link>,
@@ -1322,22 +1346,8 @@ impl Mux {
                     ),
                     c => c,
                 };
-                let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
-                let (hx, limits) = (&mut self.handler_tx, &self.config.handlers);
-                let free_retries = self.config.free_retries;
-                let owner = chan.and_then(|c| {
-                    to_channel(
-                        channels,
-                        endpoints,
-                        hx,
-                        limits,
-                        free_retries,
-                        c,
-                        frame,
-                        &waited,
-                        clock,
-                    )
-                });
+                let owner =
+                    chan.and_then(|c| to_channel(delivery!(self), c, frame, &waited, clock));
                 let t = cycles::now();
                 let Some((e, copy)) = owner else {
                     // A filter without a channel: a connection the
@@ -1352,21 +1362,8 @@ impl Mux {
                             // The SYN goes where it would have without the
                             // hold: a listener, or the host's RST.
                             let again = self.dpf.demux(frame).map(|f| f.0);
-                            let (channels, endpoints) = (&mut self.channels, &mut self.endpoints);
-                            let (hx, limits) = (&mut self.handler_tx, &self.config.handlers);
-                            let taken = again.and_then(|c| {
-                                to_channel(
-                                    channels,
-                                    endpoints,
-                                    hx,
-                                    limits,
-                                    free_retries,
-                                    c,
-                                    frame,
-                                    &[],
-                                    clock,
-                                )
-                            });
+                            let taken = again
+                                .and_then(|c| to_channel(delivery!(self), c, frame, &[], clock));
                             if taken.is_none() {
                                 self.rx_unmatched += 1;
                                 self.host.on_unmatched(frame, clock);
@@ -1523,18 +1520,20 @@ fn route_icmp_error(
 /// What the handler sends waits in `hx` for the end of the batch. Returns
 /// that endpoint, to charge, and the time spent copying into its segment;
 /// `None` if the channel or its endpoint is gone.
-#[allow(clippy::too_many_arguments)]
 fn to_channel<'e>(
-    channels: &mut IdMap<Channel>,
-    endpoints: &'e mut BTreeMap<EndpointId, Endpoint>,
-    hx: &mut HandlerTx,
-    limits: &HandlerLimits,
-    free_retries: u32,
+    d: Delivery<'e>,
     chan: u32,
     frame: &[u8],
     waited: &[Box<[u8]>],
     now: Instant,
 ) -> Option<(&'e mut Endpoint, u64)> {
+    let Delivery {
+        channels,
+        endpoints,
+        hx,
+        limits,
+        free_retries,
+    } = d;
     let ch = channels.get_mut(&chan)?;
     let e = endpoints.get_mut(&ch.endpoint)?;
     let mut copy = 0;

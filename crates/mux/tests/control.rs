@@ -16,8 +16,8 @@ use exonet_link::memwire::{self, MemWire};
 use exonet_link::Link;
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, StopHandle};
 use exonet_shm::control::{
-    Client, ControlError, ErrorCode, Record, Reply, Request, SeqPacket, WireField, PROTO_ICMP,
-    PROTO_TCP, PROTO_UDP,
+    Client, ControlError, ErrorCode, HandlerSpec, Record, Reply, Request, SeqPacket, WireField,
+    PROTO_ICMP, PROTO_TCP, PROTO_UDP,
 };
 use exonet_shm::{AppEndpoint, Desc, Segment};
 use exonet_wire::build;
@@ -624,4 +624,68 @@ fn connections_are_limited_per_user() {
     let clients: Vec<Client> = (0..4).map(|_| d.client()).collect();
     as_nobody(checks);
     drop(clients);
+}
+
+#[test]
+fn handler_installs_over_the_socket_are_checked() {
+    let d = TestDaemon::start("ash-install");
+    let mut c = d.client();
+    let (ep, _app, _) = endpoint(&mut c);
+    let (ch, _) = c.bind_socket(ep, PROTO_UDP, (HOST, 5000), None).unwrap();
+    // A good one, through the library's memfd.
+    let module = br#"(module (func (export "ash_handle") (param i32) (result i32) (i32.const 1)))"#;
+    let spec = HandlerSpec {
+        module: module.to_vec(),
+        ..HandlerSpec::default()
+    };
+    c.install_handler(ch, &spec).unwrap();
+    let channel = records(&mut c, "channel");
+    assert_eq!(channel[0].get("handler"), Some(1));
+    c.remove_handler(ch).unwrap();
+    // A module that does not compile: refused with the reason.
+    let bad = HandlerSpec {
+        module: b"\0asm\x01\0\0\0\x05".to_vec(),
+        ..HandlerSpec::default()
+    };
+    match c.install_handler(ch, &bad) {
+        Err(ControlError::Refused { code, message }) => {
+            assert_eq!(code, ErrorCode::BadHandler);
+            assert!(message.contains("handler refused"), "{message}");
+        }
+        other => panic!("installed: {other:?}"),
+    }
+    // Someone else's channel is not there for this connection.
+    let install = |channel: u32, module_len: u32| Request::InstallHandler {
+        channel,
+        module_len,
+        spec: HandlerSpec::default(),
+    };
+    let blob = exonet_shm::blob_memfd(module).unwrap();
+    let mut other = d.client();
+    match other.request(&install(ch, module.len() as u32), &[blob.as_fd()]) {
+        Err(ControlError::Refused { code, .. }) => assert_eq!(code, ErrorCode::NoSuchChannel),
+        r => panic!("{r:?}"),
+    }
+    // On its own channel the descriptor is looked at: there must be one,
+    // a memfd, as long as it says.
+    let (ep2, _app2, _) = endpoint(&mut other);
+    let (ch2, _) = other
+        .bind_socket(ep2, PROTO_UDP, (HOST, 5001), None)
+        .unwrap();
+    let (tx, _rx) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    let len = module.len() as u32;
+    for (fds, len, want) in [
+        (vec![], len, ErrorCode::BadRequest),
+        (vec![tx.as_fd()], len, ErrorCode::BadHandler),
+        (vec![blob.as_fd()], len + 1, ErrorCode::BadHandler),
+    ] {
+        match other.request(&install(ch2, len), &fds) {
+            Err(ControlError::Refused { code, .. }) => assert_eq!(code, want),
+            r => panic!("{r:?}"),
+        }
+    }
+    assert!(matches!(
+        other.request(&install(ch2, len), &[blob.as_fd()]),
+        Ok(Reply::Ok)
+    ));
 }

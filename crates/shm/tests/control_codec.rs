@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use exonet_shm::control::{
-    ErrorCode, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, STATS_PAGE,
+    ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, STATS_PAGE,
 };
 use proptest::prelude::*;
 
@@ -80,9 +80,12 @@ fn request() -> impl Strategy<Value = Request> {
                 Request::InstallHandler {
                     channel,
                     module_len,
-                    window,
-                    fuel,
-                    pipe_lists,
+                    spec: HandlerSpec {
+                        module: Vec::new(),
+                        pipe_lists,
+                        window,
+                        fuel,
+                    },
                 }
             }),
         any::<u32>().prop_map(|channel| Request::RemoveHandler { channel }),

@@ -277,9 +277,10 @@ impl Client {
         let req = Request::InstallHandler {
             channel,
             module_len: spec.module.len() as u32,
-            window: spec.window,
-            fuel: spec.fuel,
-            pipe_lists: spec.pipe_lists.clone(),
+            spec: HandlerSpec {
+                module: Vec::new(),
+                ..spec.clone()
+            },
         };
         match self.request(&req, &[blob.as_fd()])? {
             Reply::Ok => Ok(()),

@@ -102,13 +102,11 @@ pub enum Request {
     },
     /// Installs (or replaces) the handler of a channel (ASH). Carries one
     /// descriptor, a memfd holding the WebAssembly module in its first
-    /// `module_len` bytes; the rest is [`HandlerSpec`]'s.
+    /// `module_len` bytes; `spec.module` is not sent.
     InstallHandler {
         channel: u32,
         module_len: u32,
-        window: Option<(u32, u32)>,
-        fuel: u64,
-        pipe_lists: Vec<Vec<u8>>,
+        spec: HandlerSpec,
     },
     /// Removes a channel's handler, if it has one.
     RemoveHandler {
@@ -388,17 +386,15 @@ impl Request {
             Request::InstallHandler {
                 channel,
                 module_len,
-                window,
-                fuel,
-                pipe_lists,
+                spec,
             } => {
                 e.u8(13).u32(*channel).u32(*module_len);
-                match window {
-                    Some((o, l)) => e.u8(1).u32(*o).u32(*l),
+                match spec.window {
+                    Some((o, l)) => e.u8(1).u32(o).u32(l),
                     None => e.u8(0),
                 };
-                e.u64(*fuel).u32(pipe_lists.len() as u32);
-                for p in pipe_lists {
+                e.u64(spec.fuel).u32(spec.pipe_lists.len() as u32);
+                for p in &spec.pipe_lists {
                     e.bytes(p);
                 }
                 &mut e
@@ -491,9 +487,12 @@ impl Request {
                 Request::InstallHandler {
                     channel,
                     module_len,
-                    window,
-                    fuel,
-                    pipe_lists,
+                    spec: HandlerSpec {
+                        module: Vec::new(),
+                        pipe_lists,
+                        window,
+                        fuel,
+                    },
                 }
             }
             14 => Request::RemoveHandler { channel: d.u32()? },
