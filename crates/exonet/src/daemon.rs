@@ -13,7 +13,7 @@ use clap::Args;
 use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::{afxdp, memwire, tap::Tap, Link};
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig};
-use exonet_shm::control::{default_socket_path, SeqListener, SeqPacket};
+use exonet_shm::control::{connect_or_remove_dead, default_socket_path, SeqListener, SeqPacket};
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
@@ -192,16 +192,15 @@ pub(crate) fn open_link(
 /// next daemon that comes.
 fn memwire_end(rendezvous: &Path) -> io::Result<Box<dyn Link>> {
     // Two ends started together may both find no cable and both try to offer
-    // one: the one that loses the bind joins the winner's (bounded).
+    // one: the one that loses the (exclusive) bind joins the winner's. A
+    // rendezvous left by an end that died is removed on the way.
     for _ in 0..100 {
-        if let Ok(s) = SeqPacket::connect(rendezvous) {
+        if let Some(s) = connect_or_remove_dead(rendezvous)? {
             return join_cable(&s);
         }
-        match SeqListener::bind(rendezvous) {
+        match SeqListener::bind_exclusive(rendezvous) {
             Ok(listener) => return offer_cable(listener, rendezvous),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {}
             Err(e) => return Err(e),
         }
     }
@@ -231,13 +230,15 @@ fn offer_cable(listener: SeqListener, rendezvous: &Path) -> io::Result<Box<dyn L
         .name("exonet-memwire".into())
         .spawn(move || {
             // The far end goes to the first daemon that asks; after that the
-            // rendezvous is done.
+            // rendezvous is done. The file goes before the listener, so that
+            // a refused connect only ever means a dead one.
             if let Ok(peer) = listener.accept() {
                 let fds = far.into_fds();
                 let borrowed: Vec<_> = fds.iter().map(std::os::fd::AsFd::as_fd).collect();
                 let _ = peer.send(b"cable", &borrowed);
             }
             let _ = std::fs::remove_file(&path);
+            drop(listener);
         })?;
     Ok(Box::new(end))
 }

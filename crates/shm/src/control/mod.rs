@@ -26,7 +26,7 @@ pub use msg::{
     MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST, MAX_PIPE_LISTS,
     MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP, PROTO_UDP, STATS_PAGE,
 };
-pub use sock::{PeerCred, SeqListener, SeqPacket, MAX_FDS};
+pub use sock::{connect_or_remove_dead, PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
 use crate::{AppEndpoint, Doorbells, Segment, SegmentConfig, Wakeup};
 

@@ -6,6 +6,7 @@ use std::mem;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Most descriptors one message carries.
@@ -64,21 +65,33 @@ impl SeqListener {
     /// (nobody accepts on it) is replaced; a live one is an `AddrInUse`
     /// error.
     pub fn bind(path: &Path) -> io::Result<SeqListener> {
-        if path.exists() {
-            match SeqPacket::connect(path) {
-                Ok(_) => {
+        match SeqListener::bind_exclusive(path) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                if connect_or_remove_dead(path)?.is_some() {
                     return Err(io::Error::new(
                         io::ErrorKind::AddrInUse,
                         format!("{} is served by a running daemon", path.display()),
-                    ))
+                    ));
                 }
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                    std::fs::remove_file(path)?
-                }
-                Err(e) => return Err(e),
+                SeqListener::bind_exclusive(path)
             }
+            r => r,
         }
-        let (addr, len) = sockaddr(path)?;
+    }
+
+    /// Binds and listens at `path`, which must not exist (`AddrInUse` if
+    /// it does). The socket is bound at a temporary name beside `path`,
+    /// listens, and is then linked to `path`: a connect never finds it
+    /// there yet refusing, so a refused connect always means a dead
+    /// listener (see [`connect_or_remove_dead`]).
+    pub fn bind_exclusive(path: &Path) -> io::Result<SeqListener> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let tmp = path.with_file_name(format!(".{:x}.{n:x}.sock", std::process::id()));
+        // A name of this process's pid and counter can only have been left
+        // by a dead process that had the same pid.
+        let _ = std::fs::remove_file(&tmp);
+        let (addr, len) = sockaddr(&tmp)?;
         let fd = socket()?;
         // SAFETY: `addr` is a valid sockaddr_un of `len` bytes.
         cvt(unsafe {
@@ -89,8 +102,17 @@ impl SeqListener {
             )
         })?;
         // SAFETY: plain syscall on our descriptor.
-        cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })?;
-        Ok(SeqListener { fd })
+        let linked = cvt(unsafe { libc::listen(fd.as_raw_fd(), 64) })
+            .and_then(|_| std::fs::hard_link(&tmp, path));
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{} exists", path.display()),
+            )),
+            Err(e) => Err(e),
+            Ok(()) => Ok(SeqListener { fd }),
+        }
     }
 
     /// Accepts one connection (blocking unless the listener is
@@ -120,6 +142,43 @@ impl SeqListener {
 impl AsRawFd for SeqListener {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// Connects to the listener at `path`; `None` if there is none: no file,
+/// or a file whose listener died without removing it, which is then
+/// removed. Listeners bound by [`SeqListener::bind_exclusive`] never
+/// refuse while they start, so a refusal means a dead one; its file is
+/// removed only if it is still the one that refused.
+pub fn connect_or_remove_dead(path: &Path) -> io::Result<Option<SeqPacket>> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // Only a socket is ours to remove: a connect to any other file is
+    // refused too.
+    let inode = |path: &Path| match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => Ok(Some(m.ino())),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    };
+    let Some(ino) = inode(path)? else {
+        return Ok(None);
+    };
+    match SeqPacket::connect(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            if inode(path)? == Some(ino) {
+                match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
