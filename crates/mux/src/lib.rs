@@ -79,7 +79,7 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
-use conn::{ConnTrack, Fate, TimeWaits, Tuple};
+use conn::{ConnTrack, Fate, Hold, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
 use exonet_shm::control::HandlerSpec;
 use frag::To;
@@ -731,7 +731,21 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait { until, seq, ack } => self.hold_time_wait(&spec, t, until, seq, ack),
+            Fate::TimeWait {
+                until,
+                seq,
+                ack,
+                ts,
+            } => self.hold_time_wait(
+                &spec,
+                t,
+                Hold {
+                    seq,
+                    ack,
+                    ts,
+                    until,
+                },
+            ),
         }
     }
 
@@ -739,7 +753,7 @@ impl Mux {
     /// multiplexer's own takes its 4-tuple (so that a listener on the port
     /// does not get the old connection's segments), and its port is not
     /// handed out as an ephemeral one.
-    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, until: Instant, seq: u32, ack: u32) {
+    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, hold: Hold) {
         // Another channel of the same 4-tuple was held before: this one is
         // the later incarnation.
         if let Some(old) = self.time_wait.remove_tuple(&t) {
@@ -761,7 +775,7 @@ impl Mux {
             return;
         };
         self.ports.hold(Proto::Tcp, t.local.1);
-        self.time_wait.insert(filter.0, t, seq, ack, until);
+        self.time_wait.insert(filter.0, t, hold);
         self.host.stats.time_wait_held += 1;
     }
 
