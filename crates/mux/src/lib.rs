@@ -422,6 +422,7 @@ impl ChannelStats {
             ("handler_out_of_fuel", self.handler_out_of_fuel),
             ("handler_traps", self.handler_traps),
             ("handler_bad_verdict", self.handler_bad_verdict),
+            ("handler_dropped", self.handler_dropped),
             ("handler_sent", self.handler_sent),
             ("handler_send_refused", self.handler_send_refused),
         ]
@@ -460,6 +461,9 @@ pub struct ChannelStats {
     pub handler_out_of_fuel: u64,
     pub handler_traps: u64,
     pub handler_bad_verdict: u64,
+    /// Of the frames it consumed, those its handler dropped: a composed
+    /// handler's layer refused them (see [`handlers::Handler`]).
+    pub handler_dropped: u64,
     /// Frames its handler sent, and those the template refused.
     pub handler_sent: u64,
     pub handler_send_refused: u64,
@@ -1607,6 +1611,10 @@ fn run_handler(
     let verdict = match run.outcome {
         Outcome::Consumed => HandlerVerdict::Consumed,
         Outcome::Deliver => HandlerVerdict::Deliver,
+        Outcome::Dropped => {
+            stats.handler_dropped += 1;
+            return HandlerVerdict::Consumed;
+        }
         Outcome::Aborted(why) => {
             match why {
                 Abort::Requested => stats.handler_aborts += 1,
