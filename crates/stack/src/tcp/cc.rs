@@ -1,10 +1,12 @@
 //! Congestion control: RFC 5681 slow start and congestion avoidance with NewReno's
 //! window arithmetic in fast recovery (RFC 6582), or CUBIC's growth and decrease
-//! (RFC 9438). The connection detects duplicate ACKs, partial ACKs and losses and
+//! (RFC 9438), either with HyStart++'s delay-based exit from the initial slow start
+//! (RFC 9406). The connection detects duplicate ACKs, partial ACKs and losses and
 //! retransmits; this keeps the windows.
 
 use std::time::Duration;
 
+use super::seq::SeqNum;
 use crate::Time;
 
 /// The congestion control algorithm of a connection ([`super::TcpConfig::congestion`]).
@@ -25,6 +27,48 @@ const CUBIC_BETA: f64 = 0.7;
 /// RFC 9438 §4.3: α_cubic = 3 (1 − β) / (1 + β), Reno's average rate at β.
 const CUBIC_ALPHA: f64 = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
 
+/// RFC 9406 §4.3: MIN_RTT_THRESH, the least delay increase taken for a queue.
+const MIN_RTT_THRESH: Duration = Duration::from_millis(4);
+/// RFC 9406 §4.3: MAX_RTT_THRESH, the most that is asked for on long paths.
+const MAX_RTT_THRESH: Duration = Duration::from_millis(16);
+/// RFC 9406 §4.3: MIN_RTT_DIVISOR, RttThresh = lastRoundMinRTT / 8 between the two.
+const MIN_RTT_DIVISOR: u32 = 8;
+/// RFC 9406 §4.3: N_RTT_SAMPLE, the RTT samples a round needs before its minimum
+/// is trusted.
+const N_RTT_SAMPLE: u32 = 8;
+/// RFC 9406 §4.3: CSS_GROWTH_DIVISOR, Conservative Slow Start grows at a quarter
+/// of slow start's rate.
+const CSS_GROWTH_DIVISOR: u32 = 4;
+/// RFC 9406 §4.3: CSS_ROUNDS, the rounds of CSS before congestion avoidance.
+const CSS_ROUNDS: u32 = 5;
+
+/// HyStart++'s state (RFC 9406 §4.2).
+#[derive(Debug, Clone, Default)]
+struct HyStart {
+    /// windowEnd: the round ends when an ACK covers it; `None` until the first
+    /// ACK of data, which starts the first round at SND.NXT.
+    window_end: Option<SeqNum>,
+    /// lastRoundMinRTT; `None` for infinity.
+    last_round_min_rtt: Option<Duration>,
+    /// currentRoundMinRTT; `None` for infinity.
+    current_round_min_rtt: Option<Duration>,
+    /// rttSampleCount.
+    rtt_sample_count: u32,
+    /// cssBaselineMinRtt: `Some` while in Conservative Slow Start.
+    css_baseline_min_rtt: Option<Duration>,
+    /// CSS rounds ended, the one CSS began in included.
+    css_rounds: u32,
+}
+
+/// What HyStart++ did on an ACK, for the connection's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HyStartEvent {
+    /// The delay rose: Conservative Slow Start.
+    CssEntered,
+    /// CSS_ROUNDS rounds of CSS: congestion avoidance, ssthresh = cwnd.
+    SlowStartExited,
+}
+
 /// CUBIC's state (RFC 9438 §4.1), windows in segments.
 #[derive(Debug, Clone, Default)]
 struct Cubic {
@@ -44,6 +88,19 @@ struct Cubic {
 }
 
 impl Cubic {
+    /// §4.2: a congestion avoidance stage starts at `now` with cwnd_epoch = `cwnd`;
+    /// without an earlier reduction (slow start ended at ssthresh, or by HyStart++,
+    /// §4.10) the plateau W_max is here and K = 0.
+    fn begin_epoch(&mut self, cwnd: f64, now: Time) {
+        if self.w_max < cwnd {
+            self.w_max = cwnd;
+        }
+        self.k = ((self.w_max - cwnd) / CUBIC_C).cbrt();
+        self.w_est = cwnd;
+        self.carry = 0.0;
+        self.epoch = Some(now);
+    }
+
     /// W_cubic(t) of §4.2, equation 1, with `t` in seconds since the epoch.
     fn w_cubic(&self, t: f64) -> f64 {
         CUBIC_C * (t - self.k).powi(3) + self.w_max
@@ -58,12 +115,14 @@ pub(crate) struct CongestionControl {
     ssthresh: u32,
     mss: u32,
     cubic: Cubic,
+    /// `None` without HyStart++ ([`super::TcpConfig::hystart`]).
+    hystart: Option<HyStart>,
 }
 
 impl CongestionControl {
     /// RFC 5681 §3.1, equation (1): the initial window by SMSS; ssthresh starts
     /// arbitrarily high. RFC 9438 §4.10 keeps both.
-    pub(crate) fn new(algorithm: Congestion, mss: u32) -> Self {
+    pub(crate) fn new(algorithm: Congestion, mss: u32, hystart: bool) -> Self {
         let segments = match mss {
             m if m > 2190 => 2,
             m if m > 1095 => 3,
@@ -75,6 +134,7 @@ impl CongestionControl {
             ssthresh: u32::MAX,
             mss,
             cubic: Cubic::default(),
+            hystart: hystart.then(HyStart::default),
         }
     }
 
@@ -99,7 +159,15 @@ impl CongestionControl {
     /// the smoothed RTT, which CUBIC looks ahead by.
     pub(crate) fn on_ack(&mut self, acked: u32, now: Time, rtt: Duration) {
         if self.cwnd < self.ssthresh {
-            self.cwnd = self.cwnd.saturating_add(acked.min(self.mss));
+            // RFC 9406 §4.2 grows by min(N, L·SMSS), and §4.3 asks L = 8 of an
+            // unpaced sender; we keep RFC 3465's L = 1, so that HyStart++ changes
+            // where slow start ends, not how fast it goes (nor its bursts).
+            let mut inc = acked.min(self.mss);
+            if self.in_css() {
+                // RFC 9406 §4.2: CSS grows by a CSS_GROWTH_DIVISOR-th of that.
+                inc /= CSS_GROWTH_DIVISOR;
+            }
+            self.cwnd = self.cwnd.saturating_add(inc);
             return;
         }
         match self.algorithm {
@@ -118,17 +186,13 @@ impl CongestionControl {
         let mss = f64::from(self.mss);
         let cwnd = f64::from(self.cwnd) / mss;
         let c = &mut self.cubic;
-        let epoch = *c.epoch.get_or_insert_with(|| {
-            // §4.2: a new stage starts with cwnd_epoch = cwnd; without an earlier
-            // reduction (slow start ended at ssthresh) the plateau is here.
-            if c.w_max < cwnd {
-                c.w_max = cwnd;
+        let epoch = match c.epoch {
+            Some(e) => e,
+            None => {
+                c.begin_epoch(cwnd, now);
+                now
             }
-            c.k = ((c.w_max - cwnd) / CUBIC_C).cbrt();
-            c.w_est = cwnd;
-            c.carry = 0.0;
-            now
-        });
+        };
         let t = now.saturating_duration_since(epoch).as_secs_f64();
         // §4.3, equation 4; α becomes 1 once W_est reaches cwnd_prior.
         let alpha = if c.w_est >= c.cwnd_prior {
@@ -149,6 +213,100 @@ impl CongestionControl {
         let whole = c.carry.floor();
         c.carry -= whole;
         self.cwnd = self.cwnd.saturating_add(whole as u32);
+    }
+
+    /// HyStart++ is on and slow start is its initial one (RFC 9406 §4.3: HyStart++
+    /// SHOULD only be used while ssthresh is at its initial, arbitrarily high
+    /// value; a later slow start, after a timeout, stops at the ssthresh the loss
+    /// set, and a loss in CSS ends it the same way).
+    fn hystart(&mut self) -> Option<&mut HyStart> {
+        self.hystart.as_mut().filter(|_| self.ssthresh == u32::MAX)
+    }
+
+    /// In Conservative Slow Start (RFC 9406 §4.2).
+    fn in_css(&self) -> bool {
+        self.ssthresh == u32::MAX
+            && self
+                .hystart
+                .as_ref()
+                .is_some_and(|h| h.css_baseline_min_rtt.is_some())
+    }
+
+    /// RFC 9406 §4.2 on an ACK of new data outside recovery, after [`Self::on_ack`]
+    /// grew the window by it: `rtt` is the ACK's RTT sample, if it gave one
+    /// (timestamps give one per ACK; Karn's rule one per round, fewer than
+    /// N_RTT_SAMPLE, so that without timestamps slow start ends by loss as ever),
+    /// `ack` its SEG.ACK and `snd_nxt` where the next round ends.
+    pub(crate) fn hystart_on_ack(
+        &mut self,
+        ack: SeqNum,
+        snd_nxt: SeqNum,
+        rtt: Option<Duration>,
+        now: Time,
+    ) -> Option<HyStartEvent> {
+        let h = self.hystart()?;
+        let mut event = None;
+        if let Some(r) = rtt {
+            h.current_round_min_rtt = Some(h.current_round_min_rtt.map_or(r, |m| m.min(r)));
+            h.rtt_sample_count += 1;
+        }
+        if h.rtt_sample_count >= N_RTT_SAMPLE {
+            match (
+                h.css_baseline_min_rtt,
+                h.last_round_min_rtt,
+                h.current_round_min_rtt,
+            ) {
+                // In CSS, the delay fell back below the baseline: its increase was
+                // jitter, and slow start resumes, HyStart++ included.
+                (Some(base), _, Some(cur)) if cur < base => {
+                    h.css_baseline_min_rtt = None;
+                    h.css_rounds = 0;
+                }
+                // In slow start, the delay rose by RttThresh = lastRoundMinRTT / 8
+                // within [MIN_RTT_THRESH, MAX_RTT_THRESH]: a queue is building.
+                (None, Some(last), Some(cur)) => {
+                    let thresh = (last / MIN_RTT_DIVISOR).clamp(MIN_RTT_THRESH, MAX_RTT_THRESH);
+                    if cur >= last + thresh {
+                        h.css_baseline_min_rtt = Some(cur);
+                        h.css_rounds = 0;
+                        event = Some(HyStartEvent::CssEntered);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Rounds by sequence numbers: one ends when windowEnd is acknowledged,
+        // and the next one runs to SND.NXT.
+        let Some(end) = h.window_end else {
+            h.window_end = Some(snd_nxt);
+            return event;
+        };
+        if ack < end {
+            return event;
+        }
+        if h.css_baseline_min_rtt.is_some() {
+            h.css_rounds += 1;
+            if h.css_rounds >= CSS_ROUNDS {
+                self.enter_avoidance(now);
+                return Some(HyStartEvent::SlowStartExited);
+            }
+        }
+        h.window_end = Some(snd_nxt);
+        h.last_round_min_rtt = h.current_round_min_rtt.take();
+        h.rtt_sample_count = 0;
+        event
+    }
+
+    /// CSS_ROUNDS rounds of CSS are over: congestion avoidance with ssthresh =
+    /// cwnd (RFC 9406 §4.2). CUBIC starts its stage now: with no loss W_max is
+    /// undefined, so RFC 9438 §4.10 takes cwnd_prior = W_max = cwnd and K = 0.
+    fn enter_avoidance(&mut self, now: Time) {
+        self.ssthresh = self.cwnd;
+        if self.algorithm == Congestion::Cubic {
+            let cwnd = f64::from(self.cwnd) / f64::from(self.mss);
+            self.cubic.cwnd_prior = cwnd;
+            self.cubic.begin_epoch(cwnd, now);
+        }
     }
 
     /// Sending resumes after `idle` with nothing in flight. Time without sending
@@ -227,7 +385,7 @@ mod tests {
     use super::*;
 
     fn reno(mss: u32) -> CongestionControl {
-        CongestionControl::new(Congestion::NewReno, mss)
+        CongestionControl::new(Congestion::NewReno, mss, false)
     }
 
     #[test]
@@ -235,7 +393,7 @@ mod tests {
         assert_eq!(reno(536).window(), 4 * 536);
         assert_eq!(reno(1460).window(), 3 * 1460);
         assert_eq!(reno(4000).window(), 8000);
-        let mut c = CongestionControl::new(Congestion::Cubic, 1460);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1460, false);
         assert_eq!(c.window(), 3 * 1460);
         c.syn_lost();
         assert_eq!(c.window(), 1460);
@@ -283,7 +441,7 @@ mod tests {
     /// segment, a window per RTT, and returns (t, cwnd in segments) per RTT.
     fn cubic_after_loss(w_max: u32, rtt: Duration, rtts: u32) -> Vec<(f64, f64)> {
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
         c.cwnd = w_max * mss;
         c.ssthresh = 0;
         c.enter_recovery(w_max * mss, false);
@@ -305,7 +463,7 @@ mod tests {
 
     #[test]
     fn cubic_decrease_and_fast_convergence() {
-        let mut c = CongestionControl::new(Congestion::Cubic, 1000);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1000, false);
         c.cwnd = 100_000;
         c.enter_recovery(100_000, false);
         // §4.6: β = 0.7.
@@ -346,7 +504,7 @@ mod tests {
     fn cubic_idle_time_does_not_count() {
         let rtt = Duration::from_millis(100);
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
         c.cwnd = 100 * mss;
         c.enter_recovery(100 * mss, false);
         let t = Time::ZERO + Duration::from_secs(1);
