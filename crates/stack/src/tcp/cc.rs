@@ -529,4 +529,220 @@ mod tests {
         let w_est = 70.0 + CUBIC_ALPHA * 40.0;
         assert!((w - w_est).abs() < 1.5, "cwnd {w:.1}, W_est {w_est:.1}");
     }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A slow-starting sender for HyStart++: every ACK acknowledges a segment
+    /// (of 1000 bytes), and the window is refilled after it.
+    struct Rounds {
+        c: CongestionControl,
+        una: SeqNum,
+        nxt: SeqNum,
+        /// The SND.NXT that ends the current round, as HyStart++ keeps it.
+        round_end: SeqNum,
+        now: Time,
+        events: Vec<HyStartEvent>,
+    }
+
+    impl Rounds {
+        fn new(algorithm: Congestion) -> Rounds {
+            let c = CongestionControl::new(algorithm, 1000, true);
+            let nxt = SeqNum(c.window());
+            Rounds {
+                c,
+                una: SeqNum(0),
+                nxt,
+                round_end: nxt,
+                now: Time::ZERO,
+                events: vec![],
+            }
+        }
+
+        /// One round trip: the ACKs of what was in flight at its start, the
+        /// first `samples` of them with an RTT sample `rtt`.
+        fn round(&mut self, rtt: Duration, samples: u32) {
+            let end = self.round_end;
+            let mut i = 0;
+            while self.una < end {
+                self.una = self.una + 1000;
+                self.now = self.now + Duration::from_micros(100);
+                self.c.on_ack(1000, self.now, rtt);
+                let sample = (i < samples).then_some(rtt);
+                let event = self.c.hystart_on_ack(self.una, self.nxt, sample, self.now);
+                self.events.extend(event);
+                if self.una >= end {
+                    self.round_end = self.nxt;
+                }
+                self.nxt = self.una + self.c.window();
+                i += 1;
+            }
+        }
+
+        /// Segments acknowledged in the next round.
+        fn next_acks(&self) -> u32 {
+            self.round_end.distance_from(self.una).div_ceil(1000)
+        }
+    }
+
+    #[test]
+    fn hystart_keeps_slow_start_while_rtt_is_flat() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..8 {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(50), u32::MAX);
+            // Slow start: a segment per ACK, doubling per round.
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert!(r.c.window() >= 256 * 1000, "{}", r.c.window());
+        assert_eq!((r.events.len(), r.c.ssthresh()), (0, u32::MAX));
+    }
+
+    /// Three rounds at `base`, then one at `base + rise`: whether that round
+    /// entered CSS.
+    fn css_after_rise(base: Duration, rise: Duration) -> bool {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(base, u32::MAX);
+        }
+        r.round(base + rise, u32::MAX);
+        assert!(r.events.len() <= 1);
+        r.c.in_css()
+    }
+
+    #[test]
+    fn hystart_rtt_thresh_is_an_eighth_clamped_to_4_16_ms() {
+        // lastRoundMinRTT / 8 = 6.25 ms.
+        assert!(!css_after_rise(ms(50), Duration::from_micros(6_249)));
+        assert!(css_after_rise(ms(50), Duration::from_micros(6_250)));
+        // 10 ms / 8 is under MIN_RTT_THRESH.
+        assert!(!css_after_rise(ms(10), Duration::from_micros(3_999)));
+        assert!(css_after_rise(ms(10), ms(4)));
+        // 400 ms / 8 is over MAX_RTT_THRESH.
+        assert!(!css_after_rise(ms(400), Duration::from_micros(15_999)));
+        assert!(css_after_rise(ms(400), ms(16)));
+    }
+
+    #[test]
+    fn hystart_css_grows_by_a_quarter_then_avoidance_after_5_rounds() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        // 32 segments acknowledged in this round: CSS from the 8th sample on, a
+        // quarter segment per ACK after.
+        let (before, acks) = (r.c.window(), r.next_acks());
+        r.round(ms(60), u32::MAX);
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+        assert_eq!(r.c.window(), before + 8 * 1000 + (acks - 8) * 250);
+        // Three more rounds of CSS, whatever the RTT does above the baseline.
+        for rtt in [60, 70, 65] {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(rtt), u32::MAX);
+            assert_eq!(r.c.window(), before + acks * 250);
+            assert_eq!(r.c.ssthresh(), u32::MAX);
+        }
+        // The fifth ends it: congestion avoidance at ssthresh = cwnd.
+        r.round(ms(60), u32::MAX);
+        assert_eq!(
+            r.events,
+            [HyStartEvent::CssEntered, HyStartEvent::SlowStartExited]
+        );
+        assert!(!r.c.in_css());
+        let w = r.c.window();
+        assert_eq!(r.c.ssthresh(), w);
+        // Reno's congestion avoidance: about a segment per round.
+        let acks = r.next_acks();
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.window() - w <= 1000 * acks.div_ceil(w / 1000));
+        // Slow start is over for good: the RTT samples do nothing more.
+        r.round(ms(30), u32::MAX);
+        r.round(ms(90), u32::MAX);
+        assert_eq!(r.events.len(), 2);
+    }
+
+    #[test]
+    fn hystart_css_resumes_slow_start_when_rtt_falls_below_baseline() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.in_css());
+        // The rise was jitter: the next round's minimum falls under the 60 ms
+        // baseline, and after its 8th sample slow start grows a segment per ACK.
+        let (before, acks) = (r.c.window(), r.next_acks());
+        r.round(ms(59), u32::MAX);
+        assert!(!r.c.in_css());
+        assert_eq!(r.c.window(), before + 8 * 250 + (acks - 8) * 1000);
+        assert_eq!(r.c.ssthresh(), u32::MAX);
+        // HyStart++ goes on: another rise is another CSS.
+        r.round(ms(59), u32::MAX);
+        r.round(ms(70), u32::MAX);
+        assert!(r.c.in_css());
+        assert_eq!(r.events, [HyStartEvent::CssEntered; 2]);
+    }
+
+    #[test]
+    fn hystart_needs_8_samples_per_round() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        // Seven samples a round (Karn's one a round likewise) never suffice,
+        // however much the RTT rises.
+        for i in 0..10 {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(50 + 20 * i), 7);
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert!(r.events.is_empty());
+        // With an eighth the same rise counts.
+        r.round(ms(300), 8);
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+    }
+
+    #[test]
+    fn hystart_loss_in_css_ends_it_by_the_loss_response() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.in_css());
+        // A timeout: ssthresh as for any loss, then plain slow start up to it
+        // (RFC 9406 §4.3), a whole segment per ACK, no more HyStart++.
+        let flight = r.nxt.distance_from(r.una);
+        r.c.on_timeout(flight);
+        assert_eq!((r.c.window(), r.c.ssthresh()), (1000, flight / 2));
+        r.nxt = r.una + 1000;
+        r.round_end = r.nxt;
+        for rtt in [50, 70, 90] {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(rtt), u32::MAX);
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+    }
+
+    #[test]
+    fn hystart_exit_starts_cubic_epoch_at_cwnd() {
+        let mut r = Rounds::new(Congestion::Cubic);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        for _ in 0..5 {
+            r.round(ms(60), u32::MAX);
+        }
+        assert_eq!(r.events.last(), Some(&HyStartEvent::SlowStartExited));
+        // RFC 9438 §4.10: cwnd_prior = W_max = cwnd, K = 0, t from the exit.
+        let w = f64::from(r.c.window()) / 1000.0;
+        let c = &r.c.cubic;
+        assert_eq!(
+            (c.w_max, c.cwnd_prior, c.k, c.epoch),
+            (w, w, 0.0, Some(r.now))
+        );
+        // From the plateau CUBIC grows slowly at first: within 2 % in a round.
+        let before = r.c.window();
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.window() > before && r.c.window() < before * 102 / 100);
+    }
 }
