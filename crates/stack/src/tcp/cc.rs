@@ -159,7 +159,7 @@ impl CongestionControl {
     /// the smoothed RTT, which CUBIC looks ahead by.
     pub(crate) fn on_ack(&mut self, acked: u32, now: Time, rtt: Duration) {
         if self.cwnd < self.ssthresh {
-            // RFC 9406 §4.2 grows by min(N, L·SMSS), and §4.3 asks L = 8 of an
+            // RFC 9406 §4.2 grows by min(N, L·SMSS), and §4.3 suggests L = 8 for an
             // unpaced sender; we keep RFC 3465's L = 1, so that HyStart++ changes
             // where slow start ends, not how fast it goes (nor its bursts).
             let mut inc = acked.min(self.mss);
