@@ -77,7 +77,7 @@ struct Cubic {
     /// cwnd_prior: the window when ssthresh was last set (§4.3's switch of α).
     cwnd_prior: f64,
     /// Start of the current congestion avoidance stage, t = 0; `None` until the
-    /// first ACK in it.
+    /// first ACK in it (or HyStart++ ends slow start, at that moment).
     epoch: Option<Time>,
     /// K (§4.2, equation 2), in seconds.
     k: f64,
