@@ -70,6 +70,9 @@ pub struct TcpSocketStats {
     pub timeouts: u64,
     /// Fast retransmits, over all connections so far.
     pub fast_retransmits: u64,
+    /// Slow starts ended by HyStart++ rather than a loss, over all connections so
+    /// far ([`crate::tcp::TcpStats::hystart_exits`]).
+    pub hystart_exits: u64,
 }
 
 /// A TCP socket: a listener or a connection.
@@ -244,6 +247,7 @@ impl Inner {
             s.retransmitted += st.retransmitted;
             s.timeouts += st.timeouts;
             s.fast_retransmits += st.fast_retransmits;
+            s.hystart_exits += st.hystart_exits;
         }
         s
     }
@@ -522,6 +526,7 @@ impl Inner {
             self.tcp.stats.retransmitted += st.retransmitted;
             self.tcp.stats.timeouts += st.timeouts;
             self.tcp.stats.fast_retransmits += st.fast_retransmits;
+            self.tcp.stats.hystart_exits += st.hystart_exits;
             if let Some(lid) = c.listener {
                 own_channel = false;
                 if let Some(l) = listener_in(&mut self.sockets, lid) {
