@@ -9,6 +9,13 @@
  * the part of the application's segment the application granted it
  * ("message vectoring"). Fuel bounds each invocation.
  *
+ * Installed with UDP below it (HandlerSpec::below = Udp), the handler's
+ * message is the UDP payload, not the frame: the multiplexer checks the
+ * Ethernet, IPv4 and UDP headers, runs the UDP checksum inside every
+ * consume_window, and drops a datagram whose checksum fails (with what the
+ * handler sent). The imports below then read "message" for "frame";
+ * reply_udp still answers the datagram.
+ *
  * Build (clang and wasm-ld; no libc):
  *
  *   clang --target=wasm32 -nostdlib -O2 -mcpu=mvp -mmutable-globals \

@@ -527,7 +527,7 @@ impl Composition {
     }
 }
 
-const ETHER_HEADER: usize = 14;
+pub(crate) const ETHER_HEADER: usize = 14;
 const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
 const PROTO_UDP: u8 = 17;
 
@@ -538,45 +538,61 @@ const PROTO_UDP: u8 = 17;
 #[derive(Debug, Default)]
 pub struct Ipv4Layer;
 
+/// An IPv4 header as [`Ipv4Layer`] checks it.
+pub(crate) struct Ipv4Header {
+    pub meta: Ipv4Meta,
+    /// Header length and total length, in bytes.
+    pub ihl: usize,
+    pub total: usize,
+}
+
+/// Checks the Ethernet and IPv4 headers at the start of `frame` (version,
+/// IHL, total length within the frame, header checksum, not a fragment).
+pub(crate) fn ipv4_header(frame: &[u8]) -> Result<Ipv4Header, LayerError> {
+    let eth = frame
+        .get(..ETHER_HEADER)
+        .ok_or(LayerError::deliver("not an Ethernet frame"))?;
+    if eth[12..14] != ETHERTYPE_IPV4 {
+        return Err(LayerError::deliver("not IPv4"));
+    }
+    let ip = frame
+        .get(ETHER_HEADER..ETHER_HEADER + 20)
+        .ok_or(LayerError::drop("IPv4 header truncated"))?;
+    if ip[0] >> 4 != 4 {
+        return Err(LayerError::drop("IP version is not 4"));
+    }
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    if ihl < 20 {
+        return Err(LayerError::drop("IPv4 header length under 20"));
+    }
+    let header = frame
+        .get(ETHER_HEADER..ETHER_HEADER + ihl)
+        .ok_or(LayerError::drop("IPv4 options truncated"))?;
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+    if total < ihl || total > frame.len() - ETHER_HEADER {
+        return Err(LayerError::drop("bad IPv4 total length"));
+    }
+    if builtins::fold_checksum(builtins::checksum_accumulate(0, header)) != 0 {
+        return Err(LayerError::drop("bad IPv4 header checksum"));
+    }
+    let frag = u16::from_be_bytes([ip[6], ip[7]]);
+    if frag & 0x3fff != 0 {
+        return Err(LayerError::deliver("IPv4 fragment"));
+    }
+    let meta = Ipv4Meta {
+        src: [ip[12], ip[13], ip[14], ip[15]],
+        dst: [ip[16], ip[17], ip[18], ip[19]],
+        protocol: ip[9],
+    };
+    Ok(Ipv4Header { meta, ihl, total })
+}
+
 impl Layer for Ipv4Layer {
     fn body(&mut self, msg: &mut Message<'_>) -> Result<Pass, LayerError> {
-        let eth = msg
-            .peek(0, ETHER_HEADER)
-            .ok_or(LayerError::deliver("not an Ethernet frame"))?;
-        if eth[12..14] != ETHERTYPE_IPV4 {
-            return Err(LayerError::deliver("not IPv4"));
-        }
-        let ip = msg
-            .peek(ETHER_HEADER, 20)
-            .ok_or(LayerError::drop("IPv4 header truncated"))?;
-        if ip[0] >> 4 != 4 {
-            return Err(LayerError::drop("IP version is not 4"));
-        }
-        let ihl = usize::from(ip[0] & 0x0f) * 4;
-        if ihl < 20 {
-            return Err(LayerError::drop("IPv4 header length under 20"));
-        }
-        let header = msg
-            .peek(ETHER_HEADER, ihl)
-            .ok_or(LayerError::drop("IPv4 options truncated"))?;
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        if total < ihl || total > msg.remaining() - ETHER_HEADER {
-            return Err(LayerError::drop("bad IPv4 total length"));
-        }
-        if builtins::fold_checksum(builtins::checksum_accumulate(0, header)) != 0 {
-            return Err(LayerError::drop("bad IPv4 header checksum"));
-        }
-        let frag = u16::from_be_bytes([ip[6], ip[7]]);
-        if frag & 0x3fff != 0 {
-            return Err(LayerError::deliver("IPv4 fragment"));
-        }
-        msg.notes_mut().ipv4 = Some(Ipv4Meta {
-            src: [ip[12], ip[13], ip[14], ip[15]],
-            dst: [ip[16], ip[17], ip[18], ip[19]],
-            protocol: ip[9],
-        });
-        msg.strip(ETHER_HEADER + ihl)?;
-        msg.truncate(total - ihl)?;
+        let h = ipv4_header(msg.peek(0, msg.remaining()).unwrap_or_default())?;
+        msg.notes_mut().ipv4 = Some(h.meta);
+        msg.strip(ETHER_HEADER + h.ihl)?;
+        msg.truncate(h.total - h.ihl)?;
         Ok(Pass::Up)
     }
 
@@ -585,6 +601,49 @@ impl Layer for Ipv4Layer {
     }
 
     fn abort(&mut self) {}
+}
+
+/// A UDP header as [`UdpLayer`] checks it.
+pub(crate) struct UdpHeader {
+    pub meta: UdpMeta,
+    /// The UDP length (header included).
+    pub len: usize,
+    /// The checksum accumulator over the pseudo-header and the UDP header,
+    /// to continue over the payload; `None` if the sender sent no checksum.
+    pub seed: Option<u64>,
+}
+
+/// Checks the UDP header at the start of `datagram` (the IPv4 payload) of
+/// a packet `ip` describes: a length within it.
+pub(crate) fn udp_header(ip: &Ipv4Meta, datagram: &[u8]) -> Result<UdpHeader, LayerError> {
+    if ip.protocol != PROTO_UDP {
+        return Err(LayerError::deliver("not UDP"));
+    }
+    let h = datagram
+        .get(..8)
+        .ok_or(LayerError::drop("UDP header truncated"))?;
+    let len = u16::from_be_bytes([h[4], h[5]]);
+    if usize::from(len) < 8 || usize::from(len) > datagram.len() {
+        return Err(LayerError::drop("bad UDP length"));
+    }
+    let seed = (h[6..8] != [0, 0]).then(|| {
+        let mut pseudo = [0u8; 20];
+        pseudo[..4].copy_from_slice(&ip.src);
+        pseudo[4..8].copy_from_slice(&ip.dst);
+        pseudo[9] = PROTO_UDP;
+        pseudo[10..12].copy_from_slice(&len.to_be_bytes());
+        pseudo[12..].copy_from_slice(h);
+        builtins::checksum_accumulate(0, &pseudo)
+    });
+    let meta = UdpMeta {
+        src_port: u16::from_be_bytes([h[0], h[1]]),
+        dst_port: u16::from_be_bytes([h[2], h[3]]),
+    };
+    Ok(UdpHeader {
+        meta,
+        len: usize::from(len),
+        seed,
+    })
 }
 
 /// UDP over [`Ipv4Layer`]: strips the header and what follows the UDP
@@ -605,33 +664,15 @@ impl Layer for UdpLayer {
     }
 
     fn body(&mut self, msg: &mut Message<'_>) -> Result<Pass, LayerError> {
-        let ip = match msg.notes().ipv4 {
-            Some(ip) if ip.protocol == PROTO_UDP => ip,
-            _ => return Err(LayerError::deliver("not UDP")),
-        };
-        let h = msg
-            .peek(0, 8)
-            .ok_or(LayerError::drop("UDP header truncated"))?;
-        let len = u16::from_be_bytes([h[4], h[5]]);
-        if usize::from(len) < 8 || usize::from(len) > msg.remaining() {
-            return Err(LayerError::drop("bad UDP length"));
+        let ip = msg.notes().ipv4.ok_or(LayerError::deliver("not UDP"))?;
+        let h = udp_header(&ip, msg.peek(0, msg.remaining()).unwrap_or_default())?;
+        self.checked = h.seed.is_some();
+        if let Some(seed) = h.seed {
+            msg.set_reg(0, 0, seed);
         }
-        self.checked = h[6..8] != [0, 0];
-        if self.checked {
-            let mut pseudo = [0u8; 20];
-            pseudo[..4].copy_from_slice(&ip.src);
-            pseudo[4..8].copy_from_slice(&ip.dst);
-            pseudo[9] = PROTO_UDP;
-            pseudo[10..12].copy_from_slice(&len.to_be_bytes());
-            pseudo[12..].copy_from_slice(h);
-            msg.set_reg(0, 0, builtins::checksum_accumulate(0, &pseudo));
-        }
-        msg.notes_mut().udp = Some(UdpMeta {
-            src_port: u16::from_be_bytes([h[0], h[1]]),
-            dst_port: u16::from_be_bytes([h[2], h[3]]),
-        });
+        msg.notes_mut().udp = Some(h.meta);
         msg.strip(8)?;
-        msg.truncate(usize::from(len) - 8)?;
+        msg.truncate(h.len - 8)?;
         if self.checked {
             msg.push_pipes();
         }

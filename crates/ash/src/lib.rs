@@ -30,4 +30,10 @@ pub trait Transfer: Send {
     /// What transferring `n` bytes costs in fuel, charged to the handler
     /// (§3.3: the pipes' static cost times the iterations).
     fn cost(&self, n: usize) -> u64;
+    /// For a transfer with the UDP checksum below it
+    /// ([`handler::Below::Udp`]): the checksum accumulator of what it moved
+    /// since last asked, reset to 0. `None` for any other.
+    fn take_checksum(&mut self) -> Option<u64> {
+        None
+    }
 }

@@ -14,10 +14,12 @@
 
 use std::time::{Duration, Instant};
 
-use exonet_ash::handler::{self, Engine, HandlerConfig, Outbox, Outcome, Run, Window};
+use exonet_ash::handler::{
+    self, transfer_for, Below, Engine, HandlerConfig, Outbox, Outcome, Run, Window,
+};
 use exonet_ash::layer::{Composition, Verdict};
 use exonet_ash::Transfer;
-use exonet_shm::control::HandlerSpec;
+use exonet_shm::control::{self, HandlerSpec};
 use exonet_shm::Frames;
 
 use crate::HandlerVerdict;
@@ -130,12 +132,16 @@ pub(crate) fn download(
     limits: &HandlerLimits,
     max_send_len: usize,
 ) -> Result<Downloaded, String> {
+    let below = match spec.below {
+        control::Below::Nothing => Below::Nothing,
+        control::Below::Udp => Below::Udp,
+    };
     let mut transfers: Vec<Box<dyn Transfer>> = Vec::with_capacity(spec.pipe_lists.len());
     for (i, bytes) in spec.pipe_lists.iter().enumerate() {
         let list =
             exonet_ash::pipe::PipeList::decode(bytes).map_err(|e| format!("pipe list {i}: {e}"))?;
-        let compiled = list.compile().map_err(|e| format!("pipe list {i}: {e}"))?;
-        transfers.push(Box::new(compiled));
+        let compiled = transfer_for(below, &list).map_err(|e| format!("pipe list {i}: {e}"))?;
+        transfers.push(compiled);
     }
     let window = match spec.window {
         None => None,
@@ -159,6 +165,7 @@ pub(crate) fn download(
         memory_max: limits.memory,
         max_sends: limits.sends,
         max_send_len,
+        below,
     };
     let ash = handler::Handler::install(engine, module, transfers, window, config)
         .map_err(|e| e.to_string())?;

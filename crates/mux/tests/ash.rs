@@ -384,3 +384,50 @@ fn a_composition_of_ip_udp_and_application_layers_runs_on_its_channel() {
         (3, 3, 1)
     );
 }
+
+/// Moves its whole message to window offset 0 through pipe list 0.
+const VECTOR_PAYLOAD: &str = r#"(module
+    (import "exonet" "consume_window" (func $cw (param i32 i32 i32) (result i32)))
+    (func (export "ash_handle") (param $len i32) (result i32)
+      (if (i32.lt_s (call $cw (i32.const 0) (local.get $len) (i32.const 0)) (i32.const 0))
+        (then (unreachable)))
+      (i32.const 0)))"#;
+
+#[test]
+fn with_udp_below_a_downloaded_handler_gets_payloads_checksummed_in_its_loop() {
+    use exonet_ash::pipe::PipeList;
+    use exonet_shm::control::Below;
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, kept) = endpoint(&mut mux, 16, false);
+    let (ch, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let win = window(&app, &kept);
+    let spec = HandlerSpec {
+        module: VECTOR_PAYLOAD.as_bytes().to_vec(),
+        window: Some(win),
+        pipe_lists: vec![PipeList::new(vec![builtins::byte_swap32()])
+            .unwrap()
+            .encode()],
+        below: Below::Udp,
+        ..HandlerSpec::default()
+    };
+    mux.install_handler(ch, &spec, &spec.module).unwrap();
+    let payload: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
+    let good = udp_to(5000, &payload);
+    wire.send_batch(&[&good]).unwrap();
+    mux.poll_rx().unwrap();
+    let want: Vec<u8> = payload
+        .chunks(4)
+        .flat_map(|w| w.iter().rev().copied().collect::<Vec<u8>>())
+        .collect();
+    assert_eq!(read_window(&app, win.0, 1000), want, "the payload alone");
+    let mut bad = good.clone();
+    bad[14 + 20 + 8 + 500] ^= 0x01;
+    wire.send_batch(&[&bad]).unwrap();
+    mux.poll_rx().unwrap();
+    assert!(drain_rx(&mut app).is_empty(), "consumed, then dropped");
+    let c = mux.channel_stats(ch).unwrap();
+    assert_eq!(
+        (c.handler_runs, c.rx_consumed, c.handler_dropped),
+        (2, 2, 1)
+    );
+}

@@ -4,7 +4,8 @@
 use std::net::Ipv4Addr;
 
 use exonet_shm::control::{
-    ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, STATS_PAGE,
+    Below, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE,
+    STATS_PAGE,
 };
 use proptest::prelude::*;
 
@@ -75,8 +76,9 @@ fn request() -> impl Strategy<Value = Request> {
             proptest::option::of((any::<u32>(), any::<u32>())),
             any::<u64>(),
             prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..4),
+            prop_oneof![Just(Below::Nothing), Just(Below::Udp)],
         )
-            .prop_map(|(channel, module_len, window, fuel, pipe_lists)| {
+            .prop_map(|(channel, module_len, window, fuel, pipe_lists, below)| {
                 Request::InstallHandler {
                     channel,
                     module_len,
@@ -85,6 +87,7 @@ fn request() -> impl Strategy<Value = Request> {
                         pipe_lists,
                         window,
                         fuel,
+                        below,
                     },
                 }
             }),

@@ -11,6 +11,7 @@ use std::panic::{self, AssertUnwindSafe};
 
 use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
 
+use super::below::UdpAccount;
 use super::outbox::Outbox;
 use super::udp::Datagram;
 use super::window::Window;
@@ -129,7 +130,12 @@ impl Frame {
 
 /// What a handler's store holds: its view of the world.
 pub(crate) struct Host {
+    /// The message: the frame, or the payload the layers below pass up.
     pub(crate) frame: Frame,
+    /// The whole frame (what `reply_udp` answers).
+    pub(crate) whole: Frame,
+    /// With UDP below: the checksum of what the handler moves.
+    pub(crate) udp: Option<UdpAccount>,
     pub(crate) cursor: usize,
     pub(crate) window: Option<Window>,
     pub(crate) transfers: Vec<Box<dyn Transfer>>,
@@ -319,13 +325,16 @@ fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32
         cursor,
         window,
         transfers,
+        udp,
         ..
     } = c.data_mut();
     let w = window
         .as_ref()
         .ok_or_else(|| misuse("consume_window: no window was granted".into()))?;
-    let pipes = match pl {
-        NULL_PIPE => None,
+    let pipes = match (pl, udp.as_mut()) {
+        // With UDP below, a plain copy still checksums.
+        (NULL_PIPE, Some(u)) => Some(&mut u.copy),
+        (NULL_PIPE, None) => None,
         _ => Some(
             usize::try_from(pl)
                 .ok()
@@ -341,18 +350,22 @@ fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32
         charge(&mut c, CALL_FUEL)?;
         return Ok(-1);
     };
-    let (moved, fuel) = match pipes {
-        None => (w.write(off, src), copy_fuel(len)),
+    let (moved, fuel, sum) = match pipes {
+        None => (w.write(off, src), copy_fuel(len), None),
         Some(t) => {
             // A pipe list that panics (on a length it did not expect, say)
             // aborts the handler rather than unwinding into the multiplexer.
             let moved = panic::catch_unwind(AssertUnwindSafe(|| w.transfer(off, src, t.as_mut())))
                 .map_err(|_| misuse(format!("consume_window: pipe list {pl} failed")))?;
-            (moved, CALL_FUEL.saturating_add(t.cost(len)))
+            let sum = t.take_checksum();
+            (moved, CALL_FUEL.saturating_add(t.cost(len)), sum)
         }
     };
     if !moved {
         return Err(outside_window("consume_window", off, len, w));
+    }
+    if let (Some(u), Some(sum)) = (udp.as_mut(), sum) {
+        u.moved(*cursor..*cursor + len, sum);
     }
     *cursor += len;
     // Charged after the copy, which the frame's length bounds.
@@ -481,7 +494,7 @@ fn send(mut c: Caller<'_, Host>, ptr: i32, n: i32) -> Res<i32> {
 
 fn reply_udp(mut c: Caller<'_, Host>, ptr: i32, n: i32) -> Res<i32> {
     let host = c.data();
-    let (Ok(len), Some(d)) = (usize::try_from(n), Datagram::parse(host.frame.bytes())) else {
+    let (Ok(len), Some(d)) = (usize::try_from(n), Datagram::parse(host.whole.bytes())) else {
         return Ok(-1);
     };
     let total = d.reply_len(len);

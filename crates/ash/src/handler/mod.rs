@@ -14,6 +14,14 @@
 //! fuel aborts it, and the frame is then delivered as if no handler were
 //! installed.
 //!
+//! Protocol layers below the handler (§2.3, [`Below`]): with
+//! [`Below::Udp`] the multiplexer's trusted Ethernet, IPv4 and UDP layers
+//! check the headers, the handler's message is the UDP payload (other
+//! frames are delivered without running it, corrupt ones dropped), each of
+//! its pipe lists runs with the UDP checksum pipe in front, so the payload
+//! is checksummed in the loop that moves it, and a datagram whose checksum
+//! fails is dropped with the handler's sends ([`Outcome::Dropped`]).
+//!
 //! # ABI (also in `include/exonet_ash.h`)
 //!
 //! - Entry: the exported function `ash_handle(i32 frame_len) -> i32`. It returns
@@ -83,6 +91,7 @@
 //! # Ok::<(), exonet_ash::handler::InstallError>(())
 //! ```
 
+mod below;
 pub mod examples;
 mod host;
 mod outbox;
@@ -97,6 +106,8 @@ use wasmtime::{
     ValType, WasmFeatures,
 };
 
+use crate::layer::Disposition;
+pub use below::{transfer_for, Below};
 use host::{Frame, Host, HostAbort, Ty, IMPORTS, MAX_TABLE_ELEMENTS, MODULE};
 pub use outbox::Outbox;
 pub use window::Window;
@@ -180,6 +191,9 @@ pub struct HandlerConfig {
     pub max_sends: usize,
     /// Longest frame a handler may send.
     pub max_send_len: usize,
+    /// The trusted protocol layers below the handler; its pipe lists must
+    /// have been compiled for them ([`transfer_for`]).
+    pub below: Below,
 }
 
 impl Default for HandlerConfig {
@@ -193,6 +207,7 @@ impl Default for HandlerConfig {
             memory_max: 1 << 20,
             max_sends: 4,
             max_send_len: 9018,
+            below: Below::Nothing,
         }
     }
 }
@@ -213,9 +228,10 @@ pub enum Outcome {
     Consumed,
     /// Deliver the frame to the application as usual; the sends stand.
     Deliver,
-    /// Not delivered, and counted as a drop: a composed handler's layer
-    /// refused the message (a bad checksum, [`crate::layer::Verdict::Drop`]).
-    /// A downloaded module has no such verdict.
+    /// Not delivered, and counted as a drop: a layer below the handler
+    /// refused the message (a bad UDP checksum or a corrupt header, see
+    /// [`Below`]; in a [`crate::layer::Composition`], its `Drop`). The
+    /// sends were discarded.
     Dropped,
     /// Aborted: deliver the frame untouched; the sends were discarded.
     Aborted(Abort),
@@ -514,8 +530,16 @@ impl Handler {
         check_imports(&module)?;
         check_entry(&module)?;
         check_resources(&module, &config)?;
+        let udp = match config.below {
+            Below::Nothing => None,
+            Below::Udp => {
+                Some(below::UdpAccount::new().map_err(|e| InstallError::Engine(e.to_string()))?)
+            }
+        };
         let host = Host {
             frame: Frame::EMPTY,
+            whole: Frame::EMPTY,
+            udp,
             cursor: 0,
             window,
             transfers,
@@ -565,16 +589,38 @@ impl Handler {
     /// if it ran out). WebAssembly runs on the calling thread's stack, which
     /// needs [`MAX_WASM_STACK`] free beyond the caller's own use.
     pub fn run(&mut self, frame: &[u8], out: &mut Outbox) -> Run {
-        let Ok(len) = i32::try_from(frame.len()) else {
+        let Ok(_) = i32::try_from(frame.len()) else {
             return Run {
                 outcome: Outcome::Aborted(Abort::Trap("frame longer than 2^31 bytes".into())),
                 fuel: 0,
             };
         };
         let host = self.store.data_mut();
-        // SAFETY: `frame` stays borrowed for this whole call, and the host's
-        // frame is reset to EMPTY below, before the borrow ends.
-        host.frame = unsafe { Frame::new(frame) };
+        // The message: the whole frame, or what the layers below pass up.
+        let message = match host.udp.as_mut().map(|u| u.start(frame)) {
+            None => frame,
+            Some(below::Datagram::Payload(r)) => {
+                // Sums left by an invocation that aborted mid-transfer.
+                for t in host.transfers.iter_mut() {
+                    t.take_checksum();
+                }
+                &frame[r]
+            }
+            Some(below::Datagram::Refused(d)) => {
+                let outcome = match d {
+                    Disposition::Deliver => Outcome::Deliver,
+                    Disposition::Drop => Outcome::Dropped,
+                };
+                return Run { outcome, fuel: 0 };
+            }
+        };
+        let len = message.len() as i32;
+        // SAFETY: `frame` (and `message` in it) stays borrowed for this whole
+        // call, and the host's frames are reset to EMPTY below, before the
+        // borrow ends.
+        host.frame = unsafe { Frame::new(message) };
+        // SAFETY: as above.
+        host.whole = unsafe { Frame::new(frame) };
         host.cursor = 0;
         host.sends_left = host.max_sends;
         // The caller's outbox becomes the host's for the invocation: no
@@ -586,7 +632,7 @@ impl Handler {
             .set_fuel(self.fuel)
             .and_then(|()| self.entry.call(&mut self.store, len));
         let left = self.store.get_fuel().unwrap_or(0);
-        let outcome = match result {
+        let mut outcome = match result {
             Ok(ASH_CONSUMED) => Outcome::Consumed,
             Ok(ASH_DELIVER) => Outcome::Deliver,
             Ok(v) => Outcome::Aborted(Abort::BadVerdict(v)),
@@ -595,9 +641,17 @@ impl Handler {
         if matches!(outcome, Outcome::Aborted(_)) {
             self.unwind();
             self.store.data_mut().outbox.truncate(kept);
+        } else if let Some(u) = self.store.data_mut().udp.as_mut() {
+            // UDP's commit, after the handler's body: a bad checksum drops
+            // the datagram and what the handler sent.
+            if !u.verify(message) {
+                outcome = Outcome::Dropped;
+                self.store.data_mut().outbox.truncate(kept);
+            }
         }
         let host = self.store.data_mut();
         host.frame = Frame::EMPTY;
+        host.whole = Frame::EMPTY;
         std::mem::swap(&mut host.outbox, out);
         Run {
             outcome,

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use msg::{
-    DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
+    Below, DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
     MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST, MAX_PIPE_LISTS,
     MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP, PROTO_UDP, STATS_PAGE,
 };

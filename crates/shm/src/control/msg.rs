@@ -130,6 +130,20 @@ pub struct HandlerSpec {
     /// Fuel per invocation; 0 takes the multiplexer's default (which is
     /// also the most it grants).
     pub fuel: u64,
+    /// The trusted protocol layers the multiplexer runs below the handler.
+    pub below: Below,
+}
+
+/// Protocol layers below a handler (ASH §2.3; `exonet_ash::handler::Below`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Below {
+    /// None: the handler sees whole frames.
+    #[default]
+    Nothing = 0,
+    /// Ethernet, IPv4 and UDP: the handler sees UDP payloads, and the UDP
+    /// checksum is verified in the loops that move them.
+    Udp = 1,
 }
 
 /// Why a request was refused.
@@ -393,7 +407,9 @@ impl Request {
                     Some((o, l)) => e.u8(1).u32(o).u32(l),
                     None => e.u8(0),
                 };
-                e.u64(spec.fuel).u32(spec.pipe_lists.len() as u32);
+                e.u64(spec.fuel)
+                    .u8(spec.below as u8)
+                    .u32(spec.pipe_lists.len() as u32);
                 for p in &spec.pipe_lists {
                     e.bytes(p);
                 }
@@ -479,6 +495,11 @@ impl Request {
                     _ => return Err(DecodeError("bad option tag")),
                 };
                 let fuel = d.u64()?;
+                let below = match d.u8()? {
+                    0 => Below::Nothing,
+                    1 => Below::Udp,
+                    _ => return Err(DecodeError("unknown layers below a handler")),
+                };
                 let n = d.count(MAX_PIPE_LISTS)?;
                 let mut pipe_lists = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -492,6 +513,7 @@ impl Request {
                         pipe_lists,
                         window,
                         fuel,
+                        below,
                     },
                 }
             }
