@@ -43,6 +43,8 @@ fn quick_ash_handler_cases_report_every_system() {
         "--case",
         "handler-overhead",
         "--case",
+        "handler-udp-below",
+        "--case",
         "remote-increment",
     ]);
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -51,6 +53,14 @@ fn quick_ash_handler_cases_report_every_system() {
     for system in ["empty", "remote-write-wasm", "remote-write-native"] {
         want.push((
             "handler-overhead",
+            system.to_string(),
+            "ns_per_frame",
+            false,
+        ));
+    }
+    for system in ["checksum-in-loop", "checksum-separate"] {
+        want.push((
+            "handler-udp-below",
             system.to_string(),
             "ns_per_frame",
             false,

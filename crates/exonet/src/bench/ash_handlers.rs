@@ -22,6 +22,12 @@
 //!   copied into the window), `remote-write-wasm` as a downloaded handler
 //!   against `remote-write-native`, the same logic compiled into the
 //!   multiplexer. Goal: the empty handler under 50 ns.
+//! - `handler-udp-below`, `ns_per_frame`: a 1472-byte UDP datagram whose
+//!   payload a handler copies into its window, its checksum verified:
+//!   `checksum-in-loop` with UDP below the handler (§2.3: the checksum runs
+//!   in the handler's copying loop), `checksum-separate` with the same check
+//!   as a pass of its own before a handler that copies. Goal: in the loop
+//!   no slower than separate.
 
 use std::hint::black_box;
 use std::io;
@@ -32,7 +38,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use exonet_ash::handler::examples;
-use exonet_ash::handler::{Engine, Handler, HandlerConfig, Outbox, Outcome, Window};
+use exonet_ash::handler::{
+    Below, Engine, Handler, HandlerConfig, Outbox, Outcome, Window, NULL_PIPE,
+};
+use exonet_ash::pipe::builtins;
 use exonet_shm::control::HandlerSpec;
 use exonet_stack::{Stack, StackConfig, UdpSocket};
 use exonet_wire::MacAddr;
@@ -45,6 +54,11 @@ use exonet::hosts::{self, set_scheduler};
 
 pub const REMOTE_INCREMENT: &str = "remote-increment";
 pub const HANDLER_OVERHEAD: &str = "handler-overhead";
+pub const UDP_BELOW: &str = "handler-udp-below";
+/// The systems of `handler-udp-below`.
+pub const UDP_BELOW_SYSTEMS: [&str; 2] = ["checksum-in-loop", "checksum-separate"];
+/// Its payload: a full Ethernet MTU's datagram.
+const UDP_BELOW_PAYLOAD: usize = 1472;
 /// Competing processes on the server's side.
 pub const LOADS: [usize; 5] = [0, 1, 2, 4, 8];
 /// The systems of `handler-overhead`.
@@ -330,13 +344,93 @@ pub fn overhead(opts: &RunOpts, rep: &mut Reporter) {
     );
 }
 
-/// A UDP frame whose payload is a Figure 3 remote write: window offset,
-/// length, then `len` bytes.
-fn remote_write_frame(len: usize) -> Vec<u8> {
-    let mut payload = Vec::with_capacity(8 + len);
-    payload.extend_from_slice(&0u32.to_le_bytes());
-    payload.extend_from_slice(&(len as u32).to_le_bytes());
-    payload.extend((0..len).map(|i| i as u8));
+/// Runs `handler-udp-below` for its two systems.
+pub fn udp_below(opts: &RunOpts, rep: &mut Reporter) {
+    let payload: Vec<u8> = (0..UDP_BELOW_PAYLOAD).map(|i| (i * 31) as u8).collect();
+    let frame = udp_frame(&payload);
+    let budget = opts.budget();
+    for system in UDP_BELOW_SYSTEMS {
+        rep.progress(&format!("{UDP_BELOW}: {system}"));
+        let r = vector_per_frame(system == UDP_BELOW_SYSTEMS[0], &frame, budget);
+        rep.push(UDP_BELOW, system, "ns_per_frame", Out::of(r));
+    }
+    rep.goal(
+        UDP_BELOW,
+        "ns_per_frame",
+        (UDP_BELOW_SYSTEMS[0], UDP_BELOW_SYSTEMS[1]),
+        "at most 1x",
+        |r| r <= 1.0,
+    );
+}
+
+/// Copies its message, from `$from` on, into the window at 0.
+fn vector_wat(from: usize) -> String {
+    format!(
+        r#"(module
+        (import "exonet" "consume_window" (func $cw (param i32 i32 i32) (result i32)))
+        (import "exonet" "skip" (func $skip (param i32) (result i32)))
+        (func (export "ash_handle") (param $len i32) (result i32)
+          (drop (call $skip (i32.const {from})))
+          (if (i32.lt_s (call $cw (i32.const 0) (i32.sub (local.get $len) (i32.const {from})) (i32.const {NULL_PIPE})) (i32.const 0))
+            (then (unreachable)))
+          (i32.const 0)))"#
+    )
+}
+
+/// Nanoseconds per datagram vectored into a window with its checksum
+/// verified: in the handler's loop (UDP below it), or in a pass before it.
+fn vector_per_frame(in_loop: bool, frame: &[u8], budget: measure::Budget) -> Result<f64, Fail> {
+    const HEADERS: usize = 14 + 20 + 8;
+    let mut window = vec![0u8; 4096];
+    let mut out = Outbox::new(4, 2048);
+    let engine = Engine::new().map_err(|e| Fail::Error(e.to_string()))?;
+    let (wat, below) = if in_loop {
+        (vector_wat(0), Below::Udp)
+    } else {
+        (vector_wat(HEADERS), Below::Nothing)
+    };
+    // SAFETY: `window` outlives the handler, which is dropped at the end
+    // of this function, before it.
+    let win = unsafe { Window::new(window.as_mut_ptr(), window.len()) };
+    let config = HandlerConfig {
+        below,
+        ..HandlerConfig::default()
+    };
+    let mut h = Handler::install(&engine, wat.as_bytes(), Vec::new(), Some(win), config)
+        .map_err(|e| Fail::Error(format!("{UDP_BELOW}: {e}")))?;
+    // The separate pass: the UDP checksum over the pseudo-header and the
+    // datagram, as a layer below would check it before the handler runs.
+    let separate = |frame: &[u8]| {
+        let mut pseudo = [0u8; 12];
+        pseudo[..8].copy_from_slice(&frame[26..34]);
+        pseudo[9] = 17;
+        pseudo[10..12].copy_from_slice(&frame[38..40]);
+        let acc = builtins::checksum_accumulate(0, &pseudo);
+        builtins::fold_checksum(builtins::checksum_accumulate(acc, &frame[34..])) == 0
+    };
+    let mut once = |frame: &[u8], out: &mut Outbox| {
+        out.clear();
+        if !in_loop && !separate(frame) {
+            return Outcome::Dropped;
+        }
+        h.run(frame, out).outcome
+    };
+    let first = once(frame, &mut out);
+    if first != Outcome::Consumed {
+        return Err(Fail::Error(format!("{UDP_BELOW}: {first:?}")));
+    }
+    let mut batch = |n: u64| {
+        let t = Instant::now();
+        for _ in 0..n {
+            black_box(once(black_box(frame), &mut out));
+        }
+        t.elapsed()
+    };
+    Ok(time_batches(&mut batch, budget))
+}
+
+/// A UDP frame from the client to the server's port.
+fn udp_frame(payload: &[u8]) -> Vec<u8> {
     exonet_wire::build::udp_frame(
         MacAddr([2, 0, 0, 0, 0, 1]),
         MacAddr([2, 0, 0, 0, 0, 2]),
@@ -344,8 +438,18 @@ fn remote_write_frame(len: usize) -> Vec<u8> {
         Ipv4Addr::new(10, 77, 93, 2),
         5000,
         PORT,
-        &payload,
+        payload,
     )
+}
+
+/// A UDP frame whose payload is a Figure 3 remote write: window offset,
+/// length, then `len` bytes.
+fn remote_write_frame(len: usize) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(8 + len);
+    payload.extend_from_slice(&0u32.to_le_bytes());
+    payload.extend_from_slice(&(len as u32).to_le_bytes());
+    payload.extend((0..len).map(|i| i as u8));
+    udp_frame(&payload)
 }
 
 /// The native remote write: what the handler does, in Rust.
