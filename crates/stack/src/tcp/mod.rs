@@ -49,6 +49,7 @@
 
 mod cc;
 mod connection;
+mod cookie;
 mod isn;
 mod recv;
 mod rtt;
@@ -61,5 +62,6 @@ pub use cc::Congestion;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };
+pub use cookie::{syn_cookie_accept, syn_cookie_reply, SYN_COOKIE_LIFETIME};
 pub use isn::{initial_sequence_number, timestamp_offset};
 pub use seq::SeqNum;
