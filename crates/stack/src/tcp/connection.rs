@@ -742,6 +742,13 @@ impl Connection {
         self.sack_ok
     }
 
+    /// The window scale shifts, ours and the peer's, if both SYNs agreed them.
+    #[cfg(test)]
+    pub(super) fn window_scales(&self) -> Option<(u8, u8)> {
+        self.wscale_agreed
+            .then_some((self.rcv_wscale, self.snd_wscale))
+    }
+
     /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
     /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
     pub(super) fn ts_now(&self, now: Time) -> u32 {

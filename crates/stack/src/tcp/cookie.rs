@@ -214,3 +214,216 @@ pub fn syn_cookie_accept(
     c.handle_segment(ack, now);
     Some(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const KEY: [u8; 16] = [0x3c; 16];
+    const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 80);
+    const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 40000);
+    const ISN: SeqNum = SeqNum(0xdead_beef);
+
+    fn at(secs: u64) -> Time {
+        Time::from_millis(secs * 1000)
+    }
+
+    #[test]
+    fn every_mss_round_trips_to_the_table_entry_not_above_it() {
+        let now = at(1000);
+        for (i, &m) in MSS_TABLE.iter().enumerate() {
+            for mss in [m, m + 1, MSS_TABLE.get(i + 1).map_or(u16::MAX, |n| n - 1)] {
+                let (cookie, got) = encode(&KEY, LOCAL, REMOTE, ISN, mss, now);
+                assert_eq!(got, m, "{mss}");
+                assert_eq!((cookie.0 >> MSS_SHIFT) & 7, i as u32);
+                assert_eq!(decode(&KEY, LOCAL, REMOTE, ISN, cookie, now), Some(m));
+            }
+        }
+        // Below the smallest entry, the smallest.
+        assert_eq!(encode(&KEY, LOCAL, REMOTE, ISN, 1, now).1, MSS_TABLE[0]);
+    }
+
+    #[test]
+    fn every_option_combination_round_trips_through_the_tsval() {
+        for clock in [0u32, 5, 31, 32, 0x1234_5678, u32::MAX] {
+            for wscale in [None, Some(0), Some(7), Some(14), Some(20)] {
+                for sack in [false, true] {
+                    let ts = encode_ts(clock, wscale, sack);
+                    // Never after the clock, and at most 32 ms behind.
+                    assert!(clock.wrapping_sub(ts) < 1 << TS_BITS, "{clock} {ts}");
+                    assert_eq!(decode_ts(ts), (wscale.map(|s| s.min(14)), sack));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_cookie_is_good_for_its_tick_and_the_next_only() {
+        let made = at(64 * 100 + 63);
+        let (cookie, mss) = encode(&KEY, LOCAL, REMOTE, ISN, 1460, made);
+        let check = |now| decode(&KEY, LOCAL, REMOTE, ISN, cookie, now);
+        assert_eq!(check(made), Some(mss));
+        assert_eq!(check(at(64 * 101)), Some(mss));
+        assert_eq!(check(at(64 * 102 - 1)), Some(mss));
+        assert_eq!(check(at(64 * 102)), None);
+        // 32 ticks later the counter's 5 bits match again; the MAC does not.
+        assert_eq!(check(at(64 * 132)), None);
+        // Nor is one from the future good.
+        assert_eq!(check(at(64 * 99)), None);
+        // Tick 0 has no tick before it.
+        let (c0, _) = encode(&KEY, LOCAL, REMOTE, ISN, 1460, Time::ZERO);
+        assert!(decode(&KEY, LOCAL, REMOTE, ISN, c0, at(1)).is_some());
+    }
+
+    #[test]
+    fn a_cookie_is_bound_to_key_tuple_isn_and_its_own_bits() {
+        let now = at(5000);
+        let (cookie, _) = encode(&KEY, LOCAL, REMOTE, ISN, 1460, now);
+        let other = |a: SocketAddrV4, ip: [u8; 4], port: u16| {
+            let mut o = a.ip().octets();
+            for (b, d) in o.iter_mut().zip(ip) {
+                *b ^= d;
+            }
+            SocketAddrV4::new(o.into(), a.port() ^ port)
+        };
+        let bad = [
+            decode(&[0x3d; 16], LOCAL, REMOTE, ISN, cookie, now),
+            decode(
+                &KEY,
+                other(LOCAL, [0, 0, 0, 1], 0),
+                REMOTE,
+                ISN,
+                cookie,
+                now,
+            ),
+            decode(&KEY, other(LOCAL, [0; 4], 1), REMOTE, ISN, cookie, now),
+            decode(
+                &KEY,
+                LOCAL,
+                other(REMOTE, [0, 0, 0, 1], 0),
+                ISN,
+                cookie,
+                now,
+            ),
+            decode(&KEY, LOCAL, other(REMOTE, [0; 4], 1), ISN, cookie, now),
+            decode(&KEY, REMOTE, LOCAL, ISN, cookie, now),
+            decode(&KEY, LOCAL, REMOTE, ISN + 1, cookie, now),
+            decode(&KEY, LOCAL, REMOTE, ISN - 1, cookie, now),
+            decode(&KEY, LOCAL, REMOTE, ISN, cookie + 1, now),
+            decode(&KEY, LOCAL, REMOTE, ISN, cookie - 1, now),
+            // A larger MSS index under the same MAC.
+            decode(
+                &KEY,
+                LOCAL,
+                REMOTE,
+                ISN,
+                SeqNum(cookie.0 ^ 1 << MSS_SHIFT),
+                now,
+            ),
+        ];
+        assert_eq!(bad, [None; 11]);
+    }
+
+    #[test]
+    fn reply_and_accept_over_segments() {
+        let now = at(777);
+        let config = TcpConfig::default();
+        let opts = {
+            let mut b = [0u8; 20];
+            let n = exonet_wire::tcp::write_options(
+                &[
+                    exonet_wire::TcpOption::Mss(1460),
+                    exonet_wire::TcpOption::SackPermitted,
+                    exonet_wire::TcpOption::Timestamps {
+                        tsval: 4242,
+                        tsecr: 0,
+                    },
+                    exonet_wire::TcpOption::NoOp,
+                    exonet_wire::TcpOption::WindowScale(9),
+                ],
+                &mut b,
+            )
+            .unwrap();
+            (b, n)
+        };
+        let syn = TcpRepr {
+            src_port: REMOTE.port(),
+            dst_port: LOCAL.port(),
+            seq_number: ISN.0,
+            ack_number: 0,
+            flags: flags::SYN,
+            window: 64240,
+            urgent_ptr: 0,
+            options: &opts.0[..opts.1],
+            payload: &[],
+        };
+        let mut buf = [0u8; 60];
+        let n = syn_cookie_reply(&config, &KEY, LOCAL, REMOTE, &syn, now, &mut buf).unwrap();
+        let p = exonet_wire::TcpPacket::new_checked(&buf[..n]).unwrap();
+        let synack = TcpRepr::parse(&p, *LOCAL.ip(), *REMOTE.ip()).unwrap();
+        assert_eq!(synack.flags, flags::SYN | flags::ACK);
+        assert_eq!(synack.ack_number, ISN.0 + 1);
+        let (tsval, tsecr) = ts_option(&synack).unwrap();
+        assert_eq!(tsecr, 4242);
+        assert_eq!(decode_ts(tsval), (Some(9), true));
+        assert_eq!(wscale_option(&synack), Some(7));
+        assert!(sack_permitted_option(&synack));
+        // The ACK, with data; the peer's window scaled by its 9.
+        let mut ts = [0u8; 12];
+        let tl = exonet_wire::tcp::write_options(
+            &[
+                exonet_wire::TcpOption::NoOp,
+                exonet_wire::TcpOption::NoOp,
+                exonet_wire::TcpOption::Timestamps {
+                    tsval: 4243,
+                    tsecr: tsval,
+                },
+            ],
+            &mut ts,
+        )
+        .unwrap();
+        let ack = TcpRepr {
+            seq_number: ISN.0 + 1,
+            ack_number: synack.seq_number.wrapping_add(1),
+            flags: flags::ACK | flags::PSH,
+            window: 100,
+            options: &ts[..tl],
+            payload: b"hello",
+            ..syn
+        };
+        let later = now + Duration::from_secs(70);
+        let mut c = syn_cookie_accept(config.clone(), &KEY, LOCAL, REMOTE, &ack, later).unwrap();
+        assert_eq!(c.state(), super::super::TcpState::Established);
+        assert!(c.timestamps() && c.sack());
+        assert_eq!(c.window_scales(), Some((7, 9)));
+        assert_eq!(c.send_mss(), 1460 - 12);
+        let mut got = [0u8; 8];
+        assert_eq!(c.recv(&mut got), 5);
+        assert_eq!(&got[..5], b"hello");
+        // One byte off either number, or a SYN or RST among the flags: nothing.
+        for bad in [
+            TcpRepr {
+                seq_number: ISN.0 + 2,
+                ..ack
+            },
+            TcpRepr {
+                ack_number: synack.seq_number.wrapping_add(2),
+                ..ack
+            },
+            TcpRepr {
+                flags: flags::ACK | flags::RST,
+                ..ack
+            },
+            TcpRepr {
+                flags: flags::ACK | flags::SYN,
+                ..ack
+            },
+        ] {
+            assert!(syn_cookie_accept(config.clone(), &KEY, LOCAL, REMOTE, &bad, later).is_none());
+        }
+        // Two ticks on, too late.
+        let stale = now + Duration::from_secs(2 * TICK_SECS);
+        assert!(syn_cookie_accept(config, &KEY, LOCAL, REMOTE, &ack, stale).is_none());
+    }
+}

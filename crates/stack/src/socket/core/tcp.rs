@@ -721,7 +721,8 @@ impl Inner {
         else {
             return;
         };
-        let sent = self.send(lid, *remote.ip(), protocol::TCP, n, |buf| {
+        // Held for the neighbour as a connection's SYN-ACK would be.
+        let sent = self.send_held(lid, *remote.ip(), protocol::TCP, n, |buf| {
             buf.copy_from_slice(&seg[..n]);
         });
         if sent.is_ok() {
