@@ -2,13 +2,14 @@
 //! ISS carries what the handshake needs and the listener keeps nothing; the ACK
 //! that returns ISS + 1 proves the peer got it, and the connection is made then.
 //!
-//! The cookie, in Bernstein's layout as RFC 4987 §3.6 describes it and Linux
-//! uses: the top 5 bits are a counter of 64-second ticks modulo 32, the next 3
+//! The cookie, in the layout RFC 4987 §3.6 describes (D. J. Bernstein's): the
+//! top 5 bits are a counter of 64-second ticks modulo 32, the next 3
 //! index [`MSS_TABLE`] (the largest entry not above the peer's MSS and ours), and
 //! the low 24 are a MAC: SipHash-2-4 under the stack's secret over the 4-tuple,
 //! the peer's ISN, the whole counter and the MSS index. A cookie is good in the
-//! tick it was made and the next (64 to 128 s). Forging one takes 2^24 tries per
-//! 4-tuple and peer ISN on average.
+//! tick it was made and the next (64 to 128 s). A blind guess passes about once
+//! in 2^23 tries (24 bits of MAC, two ticks good), and the socket layer checks
+//! ACKs for cookies only while its listener sends them.
 //!
 //! The other SYN options have no room in 32 bits. If the SYN offered timestamps
 //! (RFC 7323 §3), as Linux does, the low 5 bits of our TSval carry the peer's
@@ -18,6 +19,12 @@
 //! peer that alters them only spoils its own connection. Without timestamps the
 //! SYN-ACK offers neither window scaling nor SACK, and the connection goes
 //! without them.
+//!
+//! The connection starts from the ACK alone, so that ACK (or the first data
+//! segment, which acknowledges the same) must come first, its SEG.SEQ one past
+//! the peer's ISN: a later segment overtaking both finds no cookie and, in the
+//! socket layer, gets the RST of RFC 9293 §3.10.7.2 for an ACK to LISTEN, as in
+//! Linux.
 
 use std::net::SocketAddrV4;
 use std::time::Duration;

@@ -752,7 +752,7 @@ impl Inner {
         let recent = l
             .cookie_sent
             .is_some_and(|t| now.saturating_duration_since(t) <= SYN_COOKIE_LIFETIME);
-        if !recent || !l.config.syn_cookies {
+        if !recent {
             return false;
         }
         let full = l.ready.len() >= l.backlog;
