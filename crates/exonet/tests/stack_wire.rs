@@ -349,6 +349,13 @@ impl Seg {
         })
     }
 
+    fn first_sack_block(&self) -> Option<(u32, u32)> {
+        self.option(|o| match o {
+            TcpOption::Sack(blocks) => blocks[0],
+            _ => None,
+        })
+    }
+
     fn option<T>(&self, f: impl Fn(TcpOption) -> Option<T>) -> Option<T> {
         TcpOptionIter::new(&self.options)
             .map_while(Result::ok)
@@ -494,6 +501,39 @@ fn a_full_syn_queue_answers_with_syn_cookies() {
     assert!(r_tsval.wrapping_sub(tsval) < 1 << 31);
     let st = n.stack.stats().tcp;
     assert_eq!((st.syn_cookies_accepted, st.accepts), (1, 1), "{st:?}");
+
+    // SACK was agreed: data beyond a hole is reported (RFC 2018 §4).
+    let late = n.tcp(
+        2000,
+        flags::ACK,
+        238,
+        iss.wrapping_add(6),
+        &ts(5002),
+        b"late",
+    );
+    n.inject(&[late]);
+    let dup = n.next_tcp_to(2000);
+    assert_eq!((dup.ack, dup.first_sack_block()), (228, Some((238, 242))));
+    let hole = n.tcp(
+        2000,
+        flags::ACK,
+        228,
+        iss.wrapping_add(6),
+        &ts(5003),
+        b"0123456789",
+    );
+    n.inject(&[hole]);
+    assert_eq!(n.next_tcp_to(2000).ack, 242);
+    let mut got = [0u8; 14];
+    r.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"0123456789late");
+    // The MSS: the table's 1400, the offer, less the timestamps.
+    w.write_all(&[7u8; 5000]).unwrap();
+    let mut seg = n.next_tcp_to(2000);
+    while seg.payload.is_empty() {
+        seg = n.next_tcp_to(2000);
+    }
+    assert_eq!(seg.payload.len(), 1400 - 12);
 
     // A forged ACK: a RST, counted, and nothing to accept.
     let forged = n.tcp(3000, flags::ACK, 0x1234_5678, 0x9abc_def0, &[], b"x");
