@@ -20,7 +20,7 @@ use crate::Time;
 pub(super) const DEFAULT_MSS: u16 = 536;
 /// A floor under the peer's MSS, as Linux's `tcp_min_snd_mss`: a tiny advertised MSS
 /// would make every byte cost a segment.
-const MIN_MSS: u16 = 48;
+pub(super) const MIN_MSS: u16 = 48;
 /// The largest value of the 16-bit window field.
 const MAX_WINDOW: usize = 65_535;
 /// The largest window scale shift (RFC 7323 §2.3).

@@ -34,7 +34,7 @@ use exonet_wire::TcpRepr;
 
 use super::connection::{
     mss_option, sack_permitted_option, ts_option, wscale_option, Connection, SynOptions, TcpConfig,
-    DEFAULT_MSS,
+    DEFAULT_MSS, MIN_MSS,
 };
 use super::isn::{siphash24, timestamp_offset};
 use super::seq::SeqNum;
@@ -49,8 +49,9 @@ const MAX_AGE: u32 = 1;
 pub const SYN_COOKIE_LIFETIME: Duration = Duration::from_secs(TICK_SECS * (MAX_AGE as u64 + 1));
 /// The MSS values a cookie can carry: common ones (RFC 9293 §3.7.1's default 536,
 /// IPv6-tunnelled 1220, PPPoE and VPN 1400 and 1440, Ethernet 1460, 9000-byte
-/// jumbo frames) and small ones so that a small MSS is never exceeded.
-const MSS_TABLE: [u16; 8] = [64, 256, 536, 1220, 1400, 1440, 1460, 8960];
+/// jumbo frames), 256, and the floor a connection puts under any peer's MSS, so
+/// that no offer is exceeded.
+const MSS_TABLE: [u16; 8] = [MIN_MSS, 256, 536, 1220, 1400, 1440, 1460, 8960];
 /// Bits of the 32-bit cookie: the counter's, the MSS index's, the MAC's.
 const COUNTER_SHIFT: u32 = 27;
 const MSS_SHIFT: u32 = 24;
