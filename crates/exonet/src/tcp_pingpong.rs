@@ -140,12 +140,15 @@ fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
     let c = conns.lock().unwrap_or_else(|e| e.into_inner()).counts();
     let s = stack.stats();
     let t = &s.tcp;
-    let fields: [(&str, u64); 17] = [
+    let fields: [(&str, u64); 20] = [
         ("tcp_segments", t.segments),
         ("tcp_bad_checksum", t.bad_checksum),
         ("tcp_malformed", t.malformed),
         ("tcp_resets_sent", t.resets_sent),
         ("tcp_syn_dropped", t.syn_dropped),
+        ("tcp_syn_cookies_sent", t.syn_cookies_sent),
+        ("tcp_syn_cookies_accepted", t.syn_cookies_accepted),
+        ("tcp_syn_cookies_rejected", t.syn_cookies_rejected),
         ("tcp_accept_overflow", t.accept_overflow),
         ("tcp_accepts", t.accepts),
         ("tcp_failed", t.failed),

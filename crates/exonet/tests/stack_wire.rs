@@ -2,7 +2,7 @@
 //! process on one end of a memwire, the test on the other end answering ARP and
 //! sending well-formed and hostile frames to an application's sockets.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -10,10 +10,12 @@ use exonet_link::memwire::{self, MemWire};
 use exonet_link::Link;
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, Running};
 use exonet_stack::ipv4_rx::Ipv4Drop;
-use exonet_stack::{Stack, StackConfig, UdpSocket};
+use exonet_stack::tcp::TcpConfig;
+use exonet_stack::{Stack, StackConfig, TcpListener, UdpSocket};
 use exonet_wire::arp::{self, ArpRepr};
 use exonet_wire::build;
-use exonet_wire::{EthernetFrame, Ipv4Packet, MacAddr};
+use exonet_wire::tcp::{flags, TcpOption, TcpOptionIter};
+use exonet_wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpPacket, TcpRepr};
 
 const HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 9, 1);
 const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 9, 2);
@@ -319,4 +321,267 @@ fn fragmentation_needed_lowers_the_path_mtu() {
     }
     assert_eq!(total, 1408);
     assert_eq!(n.stack.stats().tx.fragmented, 1);
+}
+
+/// A TCP segment the host sent, its fields copied out.
+#[derive(Debug)]
+struct Seg {
+    dport: u16,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    options: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+impl Seg {
+    fn wscale(&self) -> Option<u8> {
+        self.option(|o| match o {
+            TcpOption::WindowScale(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    fn timestamps(&self) -> Option<(u32, u32)> {
+        self.option(|o| match o {
+            TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+            _ => None,
+        })
+    }
+
+    fn first_sack_block(&self) -> Option<(u32, u32)> {
+        self.option(|o| match o {
+            TcpOption::Sack(blocks) => blocks[0],
+            _ => None,
+        })
+    }
+
+    fn option<T>(&self, f: impl Fn(TcpOption) -> Option<T>) -> Option<T> {
+        TcpOptionIter::new(&self.options)
+            .map_while(Result::ok)
+            .find_map(f)
+    }
+}
+
+impl Net {
+    /// The next TCP segment from the host to the peer's `port` (others, such
+    /// as a half-open connection's SYN-ACKs sent again, are passed over).
+    fn next_tcp_to(&mut self, port: u16) -> Seg {
+        loop {
+            let f = self.next_ip_frame();
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            if ip.protocol() != 6 {
+                continue;
+            }
+            let p = TcpPacket::new_checked(ip.payload()).unwrap();
+            let r = TcpRepr::parse(&p, HOST, PEER).expect("TCP checksum");
+            if r.dst_port == port {
+                return Seg {
+                    dport: r.dst_port,
+                    flags: r.flags,
+                    seq: r.seq_number,
+                    ack: r.ack_number,
+                    options: r.options.to_vec(),
+                    payload: r.payload.to_vec(),
+                };
+            }
+        }
+    }
+
+    /// A segment from the peer's `sport` to the listener's port.
+    fn tcp(
+        &self,
+        sport: u16,
+        f: u8,
+        seq: u32,
+        ack: u32,
+        opts: &[TcpOption],
+        data: &[u8],
+    ) -> Vec<u8> {
+        build::tcp_frame(
+            PEER_MAC,
+            self.host_mac,
+            PEER,
+            HOST,
+            sport,
+            COOKIE_PORT,
+            f,
+            seq,
+            ack,
+            opts,
+            data,
+        )
+    }
+}
+
+const COOKIE_PORT: u16 = 8000;
+
+/// RFC 4987 §3.6: a listener whose SYN queue (of one) a half-open connection
+/// holds full answers the next SYN with a SYN cookie and keeps nothing; the
+/// ACK that returns the cookie makes a connection that carries data both
+/// ways, with the options of the SYN; a forged ACK makes nothing and is
+/// counted (and reset).
+#[test]
+fn a_full_syn_queue_answers_with_syn_cookies() {
+    let mut n = net("cookie", StackConfig::default());
+    let l = TcpListener::bind_with(&n.stack, (HOST, COOKIE_PORT), 1, TcpConfig::default()).unwrap();
+    l.set_accept_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The half-open connection: its SYN-ACK is never answered.
+    let syn = n.tcp(1000, flags::SYN, 111, 0, &[TcpOption::Mss(1460)], &[]);
+    n.inject(&[syn]);
+    let embryo = n.next_tcp_to(1000);
+    assert_eq!((embryo.flags, embryo.ack), (flags::SYN | flags::ACK, 112));
+
+    // The legitimate client, with every option.
+    let opts = [
+        TcpOption::Mss(1400),
+        TcpOption::SackPermitted,
+        TcpOption::Timestamps {
+            tsval: 5000,
+            tsecr: 0,
+        },
+        TcpOption::NoOp,
+        TcpOption::WindowScale(7),
+    ];
+    let syn = n.tcp(2000, flags::SYN, 222, 0, &opts, &[]);
+    n.inject(&[syn]);
+    let synack = n.next_tcp_to(2000);
+    assert_eq!((synack.flags, synack.ack), (flags::SYN | flags::ACK, 223));
+    let (tsval, tsecr) = synack.timestamps().expect("timestamps answered");
+    assert_eq!(tsecr, 5000);
+    // Our window scale offered; the peer's (7) and SACK-permitted in the TSval.
+    assert!(synack.wscale().is_some());
+    assert_eq!(tsval & 0x1f, 7 | 0x10);
+    let st = n.stack.stats().tcp;
+    assert_eq!(
+        (st.syn_cookies_sent, st.syn_dropped, st.open),
+        (1, 0, 1),
+        "{st:?}"
+    );
+
+    // The ACK returns the cookie, with data.
+    let iss = synack.seq;
+    let ts = |tsval| {
+        [
+            TcpOption::NoOp,
+            TcpOption::NoOp,
+            TcpOption::Timestamps {
+                tsval,
+                tsecr: tsval_of(&synack),
+            },
+        ]
+    };
+    let ack = n.tcp(
+        2000,
+        flags::ACK | flags::PSH,
+        223,
+        iss.wrapping_add(1),
+        &ts(5001),
+        b"hello",
+    );
+    n.inject(&[ack]);
+    let (s, peer) = l.accept().unwrap();
+    assert_eq!(peer, SocketAddr::from((PEER, 2000)));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 16];
+    let mut r: &exonet_stack::TcpStream = &s;
+    assert_eq!(r.read(&mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"hello");
+    let mut w: &exonet_stack::TcpStream = &s;
+    w.write_all(b"world").unwrap();
+    let mut reply = n.next_tcp_to(2000);
+    while reply.payload.is_empty() {
+        reply = n.next_tcp_to(2000);
+    }
+    assert_eq!(reply.payload, b"world");
+    assert_eq!((reply.seq, reply.ack), (iss.wrapping_add(1), 228));
+    let (r_tsval, r_tsecr) = reply.timestamps().expect("timestamps agreed");
+    assert_eq!(r_tsecr, 5001);
+    // The clock goes on from the cookie's TSval (the peer's PAWS).
+    assert!(r_tsval.wrapping_sub(tsval) < 1 << 31);
+    let st = n.stack.stats().tcp;
+    assert_eq!((st.syn_cookies_accepted, st.accepts), (1, 1), "{st:?}");
+
+    // SACK was agreed: data beyond a hole is reported (RFC 2018 §4).
+    let late = n.tcp(
+        2000,
+        flags::ACK,
+        238,
+        iss.wrapping_add(6),
+        &ts(5002),
+        b"late",
+    );
+    n.inject(&[late]);
+    let dup = n.next_tcp_to(2000);
+    assert_eq!((dup.ack, dup.first_sack_block()), (228, Some((238, 242))));
+    let hole = n.tcp(
+        2000,
+        flags::ACK,
+        228,
+        iss.wrapping_add(6),
+        &ts(5003),
+        b"0123456789",
+    );
+    n.inject(&[hole]);
+    assert_eq!(n.next_tcp_to(2000).ack, 242);
+    let mut got = [0u8; 14];
+    r.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"0123456789late");
+    // The MSS: the table's 1400, the offer, less the timestamps.
+    w.write_all(&[7u8; 5000]).unwrap();
+    let mut seg = n.next_tcp_to(2000);
+    while seg.payload.is_empty() {
+        seg = n.next_tcp_to(2000);
+    }
+    assert_eq!(seg.payload.len(), 1400 - 12);
+
+    // A forged ACK: a RST, counted, and nothing to accept.
+    let forged = n.tcp(3000, flags::ACK, 0x1234_5678, 0x9abc_def0, &[], b"x");
+    n.inject(&[forged]);
+    let rst = n.next_tcp_to(3000);
+    assert_eq!(
+        (rst.flags, rst.seq, rst.dport),
+        (flags::RST, 0x9abc_def0, 3000)
+    );
+    let st = n.stack.stats().tcp;
+    assert_eq!(
+        (st.syn_cookies_rejected, st.accepts, st.open),
+        (1, 1, 2),
+        "{st:?}"
+    );
+    l.set_nonblocking(true).unwrap();
+    assert_eq!(l.accept().unwrap_err().kind(), ErrorKind::WouldBlock);
+}
+
+fn tsval_of(s: &Seg) -> u32 {
+    s.timestamps().expect("timestamps").0
+}
+
+/// With SYN cookies off, the listener drops what its SYN queue has no room for.
+#[test]
+fn without_syn_cookies_a_full_syn_queue_drops() {
+    let mut n = net("nocookie", StackConfig::default());
+    let config = TcpConfig {
+        syn_cookies: false,
+        ..TcpConfig::default()
+    };
+    let _l = TcpListener::bind_with(&n.stack, (HOST, COOKIE_PORT), 1, config).unwrap();
+    let syns = [
+        n.tcp(1000, flags::SYN, 111, 0, &[], &[]),
+        n.tcp(2000, flags::SYN, 222, 0, &[], &[]),
+    ];
+    n.inject(&syns);
+    assert_eq!(n.next_tcp_to(1000).flags, flags::SYN | flags::ACK);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while n.stack.stats().tcp.syn_dropped == 0 {
+        n.stack.pump().unwrap();
+        assert!(Instant::now() < deadline, "the SYN was not dropped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let st = n.stack.stats().tcp;
+    assert_eq!(
+        (st.syn_dropped, st.syn_cookies_sent, st.open),
+        (1, 0, 1),
+        "{st:?}"
+    );
 }

@@ -122,6 +122,8 @@ fn tcp_tools_between_two_daemons() {
         "tcp_bad_checksum",
         "tcp_malformed",
         "tcp_syn_dropped",
+        "tcp_syn_cookies_sent",
+        "tcp_syn_cookies_rejected",
         "tcp_challenge_acks",
     ] {
         assert_eq!(json_u64(&c, k), Some(0), "{k}: {c}");

@@ -1,9 +1,11 @@
 //! TCP on the protocol library against hostile input and Linux's corner
 //! cases over veth (root only; "skipped: needs root" otherwise), on the rig
 //! of tests/veth.rs with Linux's offloads off. tests/scapy/tcp_hostile.py
-//! forges segments on a live connection and floods the listener; afterwards
-//! the connection still works, new ones succeed, every drop is counted and
-//! no connection is left. Then Linux's RST, zero-window probes and
+//! forges segments on a live connection and floods the listener, which
+//! answers the SYNs beyond its SYN queue with SYN cookies (RFC 4987 §3.6);
+//! during the flood Linux's connections still succeed (through cookies),
+//! afterwards the connection still works, new ones succeed, every drop is
+//! counted and no connection is left. Then Linux's RST, zero-window probes and
 //! keep-alive probes against exonet's tools, and exonet's persist probes
 //! against a Linux receiver that stops reading.
 
@@ -18,7 +20,8 @@ use common::netns::{is_root, run, scapy_script, Rig};
 use common::until;
 
 /// SYNs in the flood; the listener's backlog (tcp-pingpong's, the
-/// library's default) bounds the half-open connections they make.
+/// library's default) bounds the half-open connections they make, and the
+/// rest get SYN cookies.
 const FLOOD: u64 = 2000;
 const BACKLOG: u64 = 128;
 /// The port of the script's own connection.
@@ -83,7 +86,7 @@ fn tcp_hostile_input(link: &str, suffix: &str, subnet: u8) {
     let (mut out, log) = echo_server(&mut rig);
     let mut py: Child = rig
         .linux("timeout")
-        .args(["90", "/usr/bin/python3"])
+        .args(["120", "/usr/bin/python3"])
         .arg(scapy_script("tcp_hostile.py"))
         .args([&rig.vl, &rig.exo_ip, &rig.exo_mac(), "7"])
         .args([&FLOOD.to_string(), OWN_PORT])
@@ -106,14 +109,48 @@ fn tcp_hostile_input(link: &str, suffix: &str, subnet: u8) {
         "{said:#?}"
     );
     // While the flood's half-open connections last, the SYN queue bounds
-    // them; the rest of the SYNs are dropped and counted.
-    let during = counters(&rig, &mut out);
+    // them; the rest of the SYNs are answered with cookies, which keep no
+    // state, and none is dropped.
+    let mut during = String::new();
+    until("the flood is answered", || {
+        during = counters(&rig, &mut out);
+        counter(&during, "tcp_syn_cookies_sent") >= FLOOD - BACKLOG
+    });
     eprintln!("during the flood: {during}");
     assert!(counter(&during, "tcp_open") <= BACKLOG + 2, "{during}");
-    assert!(
-        counter(&during, "tcp_syn_dropped") >= FLOOD - BACKLOG,
-        "{during}"
+    assert_eq!(counter(&during, "tcp_syn_dropped"), 0, "{during}");
+    // Linux connects with the SYN queue full: a cookie makes the connection,
+    // which echoes 1 MiB intact (tcp-pingpong closes after the client's FIN).
+    let echoed = python(
+        &rig,
+        &format!(
+            "import os, socket, threading\n\
+             data = os.urandom(1 << 20)\n\
+             s = socket.create_connection(('{}', 7), timeout=10)\n\
+             def send():\n    s.sendall(data)\n    s.shutdown(socket.SHUT_WR)\n\
+             t = threading.Thread(target=send)\n\
+             t.start()\n\
+             got = bytearray()\n\
+             while True:\n    b = s.recv(1 << 16)\n    if not b: break\n    got += b\n\
+             t.join()\n\
+             print(len(got), got == data)\n",
+            rig.exo_ip
+        ),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        text(&echoed.stdout),
+        "1048576 True\n",
+        "{}",
+        text(&echoed.stderr)
     );
+    let got = sh(&rig, &format!("printf during | nc -N {} 7", rig.exo_ip));
+    assert_eq!(text(&got.stdout), "during");
+    let now = counters(&rig, &mut out);
+    eprintln!("after Linux's connections during the flood: {now}");
+    assert!(counter(&now, "tcp_syn_cookies_accepted") >= 2, "{now}");
+    assert!(counter(&now, "tcp_open") <= BACKLOG + 2, "{now}");
     writeln!(py.stdin.as_mut().unwrap(), "go").unwrap();
     said.extend(lines.map_while(Result::ok));
     let status = py.wait().unwrap();
@@ -144,8 +181,9 @@ fn tcp_hostile_input(link: &str, suffix: &str, subnet: u8) {
     // Data offsets beyond the segment and below the header, a header cut
     // short.
     assert!(counter(&last, "tcp_malformed") >= 3, "{last}");
+    assert_eq!(counter(&last, "tcp_syn_dropped"), 0, "{last}");
     assert!(
-        counter(&last, "tcp_syn_dropped") >= FLOOD - BACKLOG,
+        counter(&last, "tcp_syn_cookies_sent") >= FLOOD - BACKLOG,
         "{last}"
     );
     assert_eq!(counter(&last, "tcp_open"), 0, "{last}");

@@ -11,8 +11,9 @@ sends to Linux's interface, where Linux drops it), with a SYN of nonsense option
 out-of-order segments with different data: the echo must be the first
 copy. Then a SYN flood from spoofed addresses of the rig's subnet; the
 script prints "flooded" and waits for a line on stdin (the test looks at
-the server's counters meanwhile), then resets the flood's half-open
-connections as their hosts would. The legitimate ping-pong must go on
+the server's counters and connects from Linux meanwhile, through SYN
+cookies), then resets the flood's half-open connections as their hosts
+would (the RSTs for cookies' SYN-ACKs find nothing, as they should). The legitimate ping-pong must go on
 correct between the steps.
 
 usage: tcp_hostile.py IFACE DST_IP DST_MAC PORT FLOOD OWN_PORT
@@ -226,7 +227,7 @@ sendp([eth / IP(src=s, dst=dst_ip) / TCP(sport=p, dport=port, flags="S", seq=q, 
       iface=iface)
 print("flooded %d SYNs in %.2f s" % (flood, time.time() - t), flush=True)
 check(ping_pong(5), "ping-pong during the flood")
-if not select.select([sys.stdin], [], [], 30)[0]:
+if not select.select([sys.stdin], [], [], 60)[0]:
     check(False, "the test's go-ahead")
 sys.stdin.readline()
 # Their hosts reset the SYN-ACKs: RST at RCV.NXT ends each half-open one.

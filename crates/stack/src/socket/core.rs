@@ -993,7 +993,24 @@ impl Inner {
         l4_len: usize,
         l4: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
-        let r = self.send_datagram(id, dst, proto, l4_len, l4);
+        let hold = self.sock(id).nonblocking;
+        let r = self.send_datagram(id, dst, proto, l4_len, hold, l4);
+        self.tx_blocked = matches!(r, Err(SendError::Full));
+        r
+    }
+
+    /// As [`Inner::send`], but the datagram is held while the neighbour is
+    /// unresolved whatever the socket's mode: for what nobody waits to send, as
+    /// a listener's SYN cookies.
+    pub(super) fn send_held(
+        &mut self,
+        id: usize,
+        dst: Ipv4Addr,
+        proto: u8,
+        l4_len: usize,
+        l4: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        let r = self.send_datagram(id, dst, proto, l4_len, true, l4);
         self.tx_blocked = matches!(r, Err(SendError::Full));
         r
     }
@@ -1004,12 +1021,13 @@ impl Inner {
         dst: Ipv4Addr,
         proto: u8,
         l4_len: usize,
+        hold: bool,
         l4: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
         let now = self.clock;
-        let (src, channel, broadcast, ttl, hold) = {
+        let (src, channel, broadcast, ttl) = {
             let s = self.sock(id);
-            (*s.local.ip(), s.channel, s.broadcast, s.ttl, s.nonblocking)
+            (*s.local.ip(), s.channel, s.broadcast, s.ttl)
         };
         let dst_mac = self.next_hop(dst, broadcast, now)?;
         if dst_mac.is_none() && !hold {

@@ -15,7 +15,9 @@ const DEFAULT_BACKLOG: usize = 128;
 /// are those of `std::net::TcpListener`. The handshake of a connection is done
 /// in the library; `accept` takes connections whose handshake completed. At most
 /// `backlog` connections wait in each of the SYN queue and the accept queue; SYNs
-/// beyond are dropped (and counted), which bounds what a SYN flood costs.
+/// beyond get SYN cookies (RFC 4987 §3.6, [`TcpConfig::syn_cookies`], on by
+/// default), which keep no state, or with cookies off are dropped (and counted):
+/// a SYN flood costs bounded memory either way.
 pub struct TcpListener {
     h: Handle,
 }

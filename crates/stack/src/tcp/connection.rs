@@ -17,10 +17,10 @@ use super::seq::SeqNum;
 use crate::Time;
 
 /// RFC 9293 §3.7.1: without an MSS option, the peer accepts 536 bytes of data.
-const DEFAULT_MSS: u16 = 536;
+pub(super) const DEFAULT_MSS: u16 = 536;
 /// A floor under the peer's MSS, as Linux's `tcp_min_snd_mss`: a tiny advertised MSS
 /// would make every byte cost a segment.
-const MIN_MSS: u16 = 48;
+pub(super) const MIN_MSS: u16 = 48;
 /// The largest value of the 16-bit window field.
 const MAX_WINDOW: usize = 65_535;
 /// The largest window scale shift (RFC 7323 §2.3).
@@ -125,6 +125,12 @@ pub struct TcpConfig {
     /// RTT sample per ACK, so timestamps ([`TcpConfig::timestamps`]): with Karn's
     /// one sample per round trip slow start ends by loss as without it.
     pub hystart: bool,
+    /// SYN cookies (RFC 4987 §3.6): a listener whose SYN queue is full answers a
+    /// SYN with a SYN-ACK that keeps no state ([`super::syn_cookie_reply`]), and the
+    /// ACK completing it makes the connection ([`super::syn_cookie_accept`]), as
+    /// Linux's `tcp_syncookies = 1`. Off, such SYNs are dropped. Only a listener's
+    /// setting counts.
+    pub syn_cookies: bool,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -175,6 +181,7 @@ impl Default for TcpConfig {
             header_prediction: true,
             tail_loss_probe: true,
             hystart: true,
+            syn_cookies: true,
         }
     }
 }
@@ -276,6 +283,17 @@ struct TlpEpisode {
 /// SACK blocks as (left, right) edges, the present ones first (RFC 2018 §3).
 type SackBlocks = [Option<(u32, u32)>; MAX_SACK_BLOCKS];
 
+/// What a SYN offered (RFC 9293 §3.7.1, RFC 7323 §2–§3, RFC 2018 §2), before it
+/// is agreed with our [`TcpConfig`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct SynOptions {
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub sack: bool,
+    /// The TSval to echo, if timestamps were offered.
+    pub tsval: Option<u32>,
+}
+
 /// The fields of a received segment the state machine reads.
 #[derive(Debug, Clone, Copy)]
 struct Segment<'a> {
@@ -341,7 +359,7 @@ pub fn reset_for_closed(seg: &TcpRepr) -> Option<TcpRepr<'static>> {
 }
 
 /// The peer's window scale option, if its SYN carried a well-formed one.
-fn wscale_option(seg: &TcpRepr) -> Option<u8> {
+pub(super) fn wscale_option(seg: &TcpRepr) -> Option<u8> {
     TcpOptionIter::new(seg.options)
         .map_while(Result::ok)
         .find_map(|o| match o {
@@ -351,7 +369,7 @@ fn wscale_option(seg: &TcpRepr) -> Option<u8> {
 }
 
 /// A segment's timestamps option as (TSval, TSecr), if well-formed.
-fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
+pub(super) fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
     TcpOptionIter::new(seg.options)
         .map_while(Result::ok)
         .find_map(|o| match o {
@@ -367,7 +385,7 @@ fn ts_before(a: u32, b: u32) -> bool {
 }
 
 /// Whether the peer's SYN offers SACK (RFC 2018 §2).
-fn sack_permitted_option(seg: &TcpRepr) -> bool {
+pub(super) fn sack_permitted_option(seg: &TcpRepr) -> bool {
     TcpOptionIter::new(seg.options)
         .map_while(Result::ok)
         .any(|o| matches!(o, TcpOption::SackPermitted))
@@ -399,7 +417,7 @@ fn segment_options(seg: &TcpRepr) -> (Option<(u32, u32)>, SackBlocks, bool) {
 }
 
 /// The peer's MSS option, if its SYN carried a well-formed one.
-fn mss_option(seg: &TcpRepr) -> Option<u16> {
+pub(super) fn mss_option(seg: &TcpRepr) -> Option<u16> {
     TcpOptionIter::new(seg.options)
         .map_while(Result::ok)
         .find_map(|o| match o {
@@ -687,6 +705,40 @@ impl Connection {
         Some(c)
     }
 
+    /// A connection whose handshake a SYN cookie completed (RFC 4987 §3.6):
+    /// ESTABLISHED as though our SYN-ACK with ISS `iss` had answered a SYN that
+    /// offered `offer` (whose `tsval` is the ACK's), and `ack`, the third segment of
+    /// the handshake, had acknowledged it. The caller checked the cookie, sets the
+    /// timestamp offset the SYN-ACK's TSval came from, then gives it `ack` by
+    /// [`Connection::handle_segment`] for its data and FIN.
+    pub(super) fn from_cookie(
+        config: TcpConfig,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: SeqNum,
+        offer: &SynOptions,
+        ack: &TcpRepr,
+        now: Time,
+    ) -> Self {
+        let mut c = Connection::new(config, local, remote, iss, TcpState::Established);
+        c.passive = true;
+        c.negotiate(SeqNum(ack.seq_number) - 1, offer);
+        // The SYN-ACK was sent and `ack` acknowledges it. No RTT sample: the
+        // TSecr is the cookie's TSval, its low bits not the clock's.
+        c.snd_una = iss + 1;
+        c.snd_nxt = c.snd_una;
+        c.snd_max = c.snd_una;
+        c.snd_wnd = c.peer_window(ack.window);
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = SeqNum(ack.seq_number);
+        c.snd_wl2 = SeqNum(ack.ack_number);
+        c.last_heard = now;
+        if c.ts_ok {
+            c.ts_recent_age = Some(now);
+        }
+        c
+    }
+
     /// Sets the offset added to the millisecond clock for our timestamps (RFC 7323
     /// §5.4); call before the first [`Connection::poll_transmit`]. It should be
     /// random per connection, e.g. [`super::timestamp_offset`]; 0 without this call.
@@ -705,9 +757,16 @@ impl Connection {
         self.sack_ok
     }
 
+    /// The window scale shifts, ours and the peer's, if both SYNs agreed them.
+    #[cfg(test)]
+    pub(super) fn window_scales(&self) -> Option<(u8, u8)> {
+        self.wscale_agreed
+            .then_some((self.rcv_wscale, self.snd_wscale))
+    }
+
     /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
     /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
-    fn ts_now(&self, now: Time) -> u32 {
+    pub(super) fn ts_now(&self, now: Time) -> u32 {
         ((now.as_nanos() / 1_000_000) as u32).wrapping_add(self.ts_offset)
     }
 
@@ -731,28 +790,40 @@ impl Connection {
 
     /// Initializes the receive side and the peer's window and MSS from its SYN.
     fn take_syn(&mut self, syn: &TcpRepr) {
-        self.irs = SeqNum(syn.seq_number);
+        self.snd_wnd = u32::from(syn.window);
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl2 = SeqNum(syn.ack_number);
+        let offer = SynOptions {
+            mss: mss_option(syn),
+            wscale: wscale_option(syn),
+            sack: sack_permitted_option(syn),
+            tsval: ts_option(syn).map(|t| t.0),
+        };
+        self.negotiate(SeqNum(syn.seq_number), &offer);
+    }
+
+    /// The receive side from the peer's ISN, and what the peer's SYN offered
+    /// agreed with what we accept.
+    fn negotiate(&mut self, irs: SeqNum, offer: &SynOptions) {
+        self.irs = irs;
         self.rcv_nxt = self.irs + 1;
         self.rcv_adv = self.rcv_nxt;
         self.last_ack_sent = self.rcv_nxt;
-        self.snd_wnd = u32::from(syn.window);
-        self.max_snd_wnd = self.snd_wnd;
         self.snd_wl1 = self.irs;
-        self.snd_wl2 = SeqNum(syn.ack_number);
-        if let (Some(shift), true) = (wscale_option(syn), self.config.window_scaling) {
+        if let (Some(shift), true) = (offer.wscale, self.config.window_scaling) {
             // RFC 7323 §2.3: a shift over 14 is taken as 14.
             self.snd_wscale = shift.min(MAX_WSCALE);
             self.rcv_wscale = self.our_wscale();
             self.wscale_agreed = true;
         }
-        if let (Some((tsval, _)), true) = (ts_option(syn), self.config.timestamps) {
+        if let (Some(tsval), true) = (offer.tsval, self.config.timestamps) {
             // RFC 7323 §3.2, §4.3: both SYNs carry the option; echo the peer's.
             self.ts_ok = true;
             self.ts_recent = tsval;
         }
         // RFC 2018 §2: SACK only if both SYNs carry SACK-permitted.
-        self.sack_ok = self.config.sack && sack_permitted_option(syn);
-        let peer = mss_option(syn).unwrap_or(DEFAULT_MSS);
+        self.sack_ok = self.config.sack && offer.sack;
+        let peer = offer.mss.unwrap_or(DEFAULT_MSS);
         let mut mss = peer.clamp(MIN_MSS, self.config.mss.max(MIN_MSS));
         if self.ts_ok {
             // RFC 9293 §3.7.1 (RFC 6691): the MSS excludes options, so the

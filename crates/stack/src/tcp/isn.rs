@@ -44,7 +44,7 @@ pub fn timestamp_offset(key: &[u8; 16], local: SocketAddrV4, remote: SocketAddrV
 }
 
 /// SipHash-2-4 (Aumasson and Bernstein, 2012).
-fn siphash24(key: &[u8; 16], msg: &[u8]) -> u64 {
+pub(super) fn siphash24(key: &[u8; 16], msg: &[u8]) -> u64 {
     let k0 = u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
     let k1 = u64::from_le_bytes(key[8..].try_into().expect("8 bytes"));
     let mut v = [

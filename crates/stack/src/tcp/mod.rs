@@ -7,7 +7,10 @@
 //! What is here: the state machine of RFC 9293 §3.3.2 with active, passive and
 //! simultaneous open and close, half-close, RST and SYN handling hardened per
 //! RFC 5961 §3–§5 with the ACK limit of §7, ISNs per RFC 6528
-//! ([`initial_sequence_number`]), the MSS option, window scaling (RFC 7323 §2),
+//! ([`initial_sequence_number`]), SYN cookies per RFC 4987 §3.6 for a listener
+//! whose SYN queue is full ([`syn_cookie_reply`], [`syn_cookie_accept`]: the MSS
+//! in 3 bits of the ISS, window scale and SACK-permitted in the low bits of our
+//! TSval when the SYN had timestamps, lost without them), the MSS option, window scaling (RFC 7323 §2),
 //! timestamps (RFC 7323 §3–§5: negotiated on the SYNs, TS.Recent echoed per §4.3,
 //! an RTT sample from every ACK of new data with §4.2's alpha and beta divided by
 //! the samples expected per window, PAWS with §5.5's 24-day expiry of TS.Recent; the
@@ -59,6 +62,7 @@
 
 mod cc;
 mod connection;
+mod cookie;
 mod isn;
 mod recv;
 mod rtt;
@@ -71,5 +75,6 @@ pub use cc::Congestion;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };
+pub use cookie::{syn_cookie_accept, syn_cookie_reply, SYN_COOKIE_LIFETIME};
 pub use isn::{initial_sequence_number, timestamp_offset};
 pub use seq::SeqNum;

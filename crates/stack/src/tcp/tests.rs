@@ -103,6 +103,8 @@ struct Net {
     listener: Option<TcpConfig>,
     /// The listener's ISS instead of RFC 6528's.
     listener_iss: Option<SeqNum>,
+    /// The listener's SYN queue is full: it answers with SYN cookies only.
+    cookies: bool,
     faults: Faults,
     rng: SplitMix64,
     wire: Vec<InFlight>,
@@ -128,6 +130,7 @@ impl Net {
             apps: [App::default(), App::default()],
             listener: None,
             listener_iss: None,
+            cookies: false,
             faults,
             rng: SplitMix64::new(seed),
             wire: Vec::new(),
@@ -343,6 +346,13 @@ impl Net {
     /// Hands `r` to end `to`, or to its listener.
     fn inject(&mut self, to: usize, r: &TcpRepr) {
         let now = self.now;
+        let open = self.ends[to]
+            .as_ref()
+            .is_some_and(|c| c.state() != TcpState::Closed);
+        if let (Some(cfg), true, false) = (self.listener.clone(), self.cookies && to == 1, open) {
+            self.cookie_listener(&cfg, r);
+            return;
+        }
         match (&mut self.ends[to], &self.listener) {
             (Some(c), _) if c.state() != TcpState::Closed => c.handle_segment(r, now),
             (_, Some(cfg)) if to == 1 => {
@@ -356,6 +366,23 @@ impl Net {
                 }
             }
             _ => self.reply_closed(to, r),
+        }
+    }
+
+    /// A listener at end 1 in SYN-cookie mode, as the socket layer's when its SYN
+    /// queue is full: a SYN gets a SYN-ACK and leaves nothing behind, an ACK with
+    /// a valid cookie makes the connection, anything else gets a RST.
+    fn cookie_listener(&mut self, cfg: &TcpConfig, r: &TcpRepr) {
+        let now = self.now;
+        if r.flags & (flags::SYN | flags::ACK | flags::RST) == flags::SYN {
+            let mut buf = [0u8; 60];
+            let n =
+                syn_cookie_reply(cfg, &KEY, ADDR[1], ADDR[0], r, now, &mut buf).expect("a SYN-ACK");
+            self.put(1, buf[..n].to_vec());
+        } else if let Some(c) = syn_cookie_accept(cfg.clone(), &KEY, ADDR[1], ADDR[0], r, now) {
+            self.ends[1] = Some(c);
+        } else {
+            self.reply_closed(1, r);
         }
     }
 
@@ -2836,4 +2863,105 @@ fn hystart_changes_nothing_while_rtt_is_flat() {
     assert_eq!(st.css_entries, 0);
     assert_eq!(st, st_off);
     assert!(with == without);
+}
+
+/// A client at end 0 and a listener at end 1 that answers with SYN cookies only.
+fn cookie_pair(faults: Faults, a: TcpConfig, b: TcpConfig) -> Net {
+    let mut n = Net::client_server(11, faults, a, b);
+    n.cookies = true;
+    n
+}
+
+#[test]
+fn syn_cookie_connection_agrees_options_and_carries_data_both_ways() {
+    let n = transfer_with(
+        cookie_pair(quiet(), fast_config(), fast_config()),
+        [300_000, 200_000],
+        0,
+    );
+    // One SYN-ACK, its ISS the cookie, and the connection made by the ACK.
+    let synacks: Vec<&Sent> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1 && s.has(flags::SYN))
+        .collect();
+    assert_eq!(synacks.len(), 1);
+    let ts = synacks[0].ts.expect("timestamps on the SYN-ACK").0;
+    // The peer's window scale (7, for 4 MiB) and SACK-permitted in the low bits.
+    assert_eq!(ts & 0x1f, 7 | 0x10);
+    for c in [n.conn(0), n.conn(1)] {
+        assert!(c.timestamps() && c.sack());
+        assert_eq!(c.window_scales(), Some((7, 7)));
+    }
+    // 1460 offered, 1460 in the table, less the timestamps.
+    assert_eq!(n.conn(1).send_mss(), 1460 - 12);
+}
+
+#[test]
+fn syn_cookie_without_timestamps_goes_without_window_scaling_and_sack() {
+    let a = TcpConfig {
+        timestamps: false,
+        mss: 1400,
+        ..fast_config()
+    };
+    let n = transfer_with(
+        cookie_pair(quiet(), a, fast_config()),
+        [100_000, 100_000],
+        0,
+    );
+    for c in [n.conn(0), n.conn(1)] {
+        assert!(!c.timestamps() && !c.sack());
+        assert_eq!(c.window_scales(), None);
+    }
+    assert_eq!(n.conn(1).send_mss(), 1400);
+}
+
+#[test]
+fn syn_cookie_mss_is_the_tables_below_the_offer() {
+    let a = TcpConfig {
+        mss: 1300,
+        ..fast_config()
+    };
+    let n = transfer_with(cookie_pair(quiet(), a, fast_config()), [50_000, 50_000], 0);
+    // 1220 is the largest entry not above 1300.
+    assert_eq!(n.conn(1).send_mss(), 1220 - 12);
+}
+
+#[test]
+fn syn_cookie_survives_a_lost_syn_ack_and_a_lost_ack() {
+    let mut n = cookie_pair(quiet(), fast_config(), fast_config());
+    let (mut synacks, mut acks) = (0, 0);
+    n.pass = Box::new(move |s| {
+        if s.from == 1 && s.has(flags::SYN) {
+            synacks += 1;
+            return synacks > 1;
+        }
+        if s.from == 0 && s.flags == flags::ACK && s.len == 0 {
+            acks += 1;
+            return acks > 1;
+        }
+        true
+    });
+    // The SYN sent again gets a cookie again; the lost ACK is made good by the
+    // first data segment, which acknowledges the SYN-ACK as well.
+    let n = transfer_with(n, [20_000, 20_000], 0);
+    let synacks = n.log.iter().filter(|s| s.from == 1 && s.has(flags::SYN));
+    assert_eq!(synacks.count(), 2);
+}
+
+#[test]
+fn forged_acks_to_a_cookie_listener_make_nothing() {
+    let mut n = cookie_pair(quiet(), fast_config(), fast_config());
+    let mut rng = SplitMix64::new(99);
+    for _ in 0..10_000 {
+        let (seq, ack) = (rng.next_u64() as u32, rng.next_u64() as u32);
+        let sent: Vec<Sent> = answer(&mut n, 1, &forged(0, seq, ack, flags::ACK, b"data"))
+            .into_iter()
+            .filter(|s| s.from == 1)
+            .collect();
+        assert!(n.ends[1].is_none());
+        // RFC 9293 §3.10.7.2: LISTEN answers an ACK with <SEQ=SEG.ACK><CTL=RST>.
+        assert_eq!(sent.len(), 1);
+        assert!(sent[0].has(flags::RST) && sent[0].seq == ack);
+    }
 }

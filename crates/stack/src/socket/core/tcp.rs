@@ -6,7 +6,10 @@
 //! them if the application dies). A listener's channel takes the SYNs; a
 //! connection it accepts lives in the listener's SYN queue (sending on the
 //! listener's channel) until its handshake completes, and only then binds a
-//! channel: a SYN flood costs a bounded queue, never channels. Segments are
+//! channel: a SYN flood costs a bounded queue, never channels. Once the SYN
+//! queue is full, SYNs are answered with SYN cookies (RFC 4987 §3.6,
+//! [`TcpConfig::syn_cookies`]) and cost nothing: an ACK that returns a valid
+//! cookie makes the connection straight into the accept queue. Segments are
 //! matched to connections by 4-tuple whatever channel brought them.
 //!
 //! Segments received in one pump are all given to their connections before any
@@ -29,8 +32,8 @@ use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
 use super::{segment_bytes_mut, write_eth, Held, Inner, Kind, Sock, ETH_LEN, IP_LEN};
 use crate::ipv4_rx::{DstKind, Ipv4Datagram};
 use crate::tcp::{
-    initial_sequence_number, reset_for_closed, timestamp_offset, Connection, TcpConfig, TcpError,
-    TcpState,
+    initial_sequence_number, reset_for_closed, syn_cookie_accept, syn_cookie_reply,
+    timestamp_offset, Connection, TcpConfig, TcpError, TcpState, SYN_COOKIE_LIFETIME,
 };
 use crate::time::Time;
 
@@ -39,6 +42,8 @@ use crate::time::Time;
 const SYNACK_RETRIES: u32 = 5;
 /// The IPv4 and TCP headers without options (RFC 9293 §3.7.1: MSS = MTU − 40).
 const TCP_IP_HEADERS: usize = 40;
+/// The longest TCP header (RFC 9293 §3.1: a data offset of 15 words).
+const TCP_MAX_HEADER: usize = 60;
 
 /// Counters of TCP input and of the connections of a stack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,8 +56,17 @@ pub struct TcpSocketStats {
     pub malformed: u64,
     /// RSTs sent for segments that found no connection (RFC 9293 §3.10.7.1).
     pub resets_sent: u64,
-    /// SYNs dropped because the listener's SYN queue was full.
+    /// SYNs dropped because the listener's SYN queue was full and it sends no
+    /// SYN cookies.
     pub syn_dropped: u64,
+    /// SYN-ACKs with a SYN cookie, sent for SYNs that found the SYN queue full.
+    pub syn_cookies_sent: u64,
+    /// ACKs whose cookie was valid: connections made by them (or dropped, as
+    /// `accept_overflow`, when the accept queue was full).
+    pub syn_cookies_accepted: u64,
+    /// ACKs to a listener that had sent cookies lately, matching no connection
+    /// and carrying no valid cookie (answered with a RST).
+    pub syn_cookies_rejected: u64,
     /// Handshake-completing ACKs dropped because the accept queue was full (the
     /// peer sends them again).
     pub accept_overflow: u64,
@@ -88,6 +102,9 @@ pub(crate) struct Listener {
     backlog: usize,
     /// Connections in the SYN queue.
     embryos: usize,
+    /// When the listener last sent a SYN cookie: ACKs are checked for one only
+    /// within [`SYN_COOKIE_LIFETIME`] of it, so that a guess has fewer chances.
+    cookie_sent: Option<Time>,
     config: TcpConfig,
 }
 
@@ -279,6 +296,7 @@ impl Inner {
             ready: VecDeque::new(),
             backlog: backlog.max(1),
             embryos: 0,
+            cookie_sent: None,
             config,
         })));
         Ok(self.add_socket(s))
@@ -592,8 +610,13 @@ impl Inner {
         }
         let listening = matches!(self.sock(id).tcp.as_ref(), Some(TcpSock::Listener(_)))
             && self.sock(id).local == local;
-        if listening && repr.flags & (flags::SYN | flags::ACK | flags::RST) == flags::SYN {
+        let control = repr.flags & (flags::SYN | flags::ACK | flags::RST);
+        if listening && control == flags::SYN {
             self.tcp_syn(id, local, remote, &repr, now);
+            return;
+        }
+        if listening && control == flags::ACK && self.tcp_cookie_ack(id, local, remote, &repr, now)
+        {
             return;
         }
         // RFC 9293 §3.10.7.1 (and §3.10.7.2 for an ACK to a listener).
@@ -637,7 +660,7 @@ impl Inner {
     }
 
     /// A SYN for listener `lid`: a new connection in its SYN queue (RFC 9293
-    /// §3.10.7.2), if the queue has room.
+    /// §3.10.7.2) if the queue has room, else a SYN cookie or nothing.
     fn tcp_syn(
         &mut self,
         lid: usize,
@@ -651,7 +674,11 @@ impl Inner {
             return;
         };
         if l.embryos >= l.backlog {
-            self.tcp.stats.syn_dropped += 1;
+            if l.config.syn_cookies {
+                self.tcp_cookie_syn(lid, local, remote, repr, now);
+            } else {
+                self.tcp.stats.syn_dropped += 1;
+            }
             return;
         }
         let mut config = l.config.clone();
@@ -677,6 +704,92 @@ impl Inner {
         let id = self.insert_socket(s);
         self.tcp.tuples.insert((local, remote), id);
         self.tcp_mark(id);
+    }
+
+    /// Answers a SYN for listener `lid`, whose SYN queue is full, with a SYN
+    /// cookie (RFC 4987 §3.6), keeping nothing.
+    fn tcp_cookie_syn(
+        &mut self,
+        lid: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        repr: &TcpRepr,
+        now: Time,
+    ) {
+        let Some(l) = listener_in(&mut self.sockets, lid) else {
+            return;
+        };
+        let mut config = l.config.clone();
+        clamp_mss(&mut config, self.path_mtu(*remote.ip(), now));
+        let mut seg = [0u8; TCP_MAX_HEADER];
+        let Some(n) = syn_cookie_reply(&config, &self.tcp.key, local, remote, repr, now, &mut seg)
+        else {
+            return;
+        };
+        // Held for the neighbour as a connection's SYN-ACK would be.
+        let sent = self.send_held(lid, *remote.ip(), protocol::TCP, n, |buf| {
+            buf.copy_from_slice(&seg[..n]);
+        });
+        if sent.is_ok() {
+            self.tcp.stats.syn_cookies_sent += 1;
+            if let Some(l) = listener_in(&mut self.sockets, lid) {
+                l.cookie_sent = Some(now);
+            }
+        }
+    }
+
+    /// An ACK for listener `lid` that matches no connection: if it returns a
+    /// valid SYN cookie, the connection it makes goes straight to the accept
+    /// queue. False if it carries no cookie (it gets the RST of RFC 9293
+    /// §3.10.7.2, as in Linux), or the listener sent none lately.
+    fn tcp_cookie_ack(
+        &mut self,
+        lid: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        repr: &TcpRepr,
+        now: Time,
+    ) -> bool {
+        let channel = self.sock(lid).channel;
+        let Some(l) = listener_in(&mut self.sockets, lid) else {
+            return false;
+        };
+        let recent = l
+            .cookie_sent
+            .is_some_and(|t| now.saturating_duration_since(t) <= SYN_COOKIE_LIFETIME);
+        if !recent {
+            return false;
+        }
+        let full = l.ready.len() >= l.backlog;
+        let mut config = l.config.clone();
+        clamp_mss(&mut config, self.path_mtu(*remote.ip(), now));
+        let send_buffer = config.send_buffer;
+        let Some(conn) = syn_cookie_accept(config, &self.tcp.key, local, remote, repr, now) else {
+            self.tcp.stats.syn_cookies_rejected += 1;
+            return false;
+        };
+        self.tcp.stats.syn_cookies_accepted += 1;
+        if full {
+            // As Linux: dropped; the peer, established, sends again what it sent.
+            self.tcp.stats.accept_overflow += 1;
+            return true;
+        }
+        if let Some(l) = listener_in(&mut self.sockets, lid) {
+            l.embryos += 1;
+        }
+        let mut s = Sock::new(Kind::Tcp, channel, local);
+        s.peer = Some(remote);
+        s.tcp = Some(TcpSock::Conn(Box::new(Conn::new(
+            conn,
+            Some(lid),
+            send_buffer,
+        ))));
+        let id = self.insert_socket(s);
+        self.tcp.tuples.insert((local, remote), id);
+        // Synchronized already: through the SYN queue to the accept queue.
+        self.tcp_promote(id, lid);
+        self.tcp_mark(id);
+        true
     }
 
     /// Moves a connection out of its listener's SYN queue once synchronized:
