@@ -395,6 +395,7 @@ impl Producer {
         }
         let n = parts.len() as u32;
         if self.reserve(n)? < n {
+            // Drops the partial reservation: a chain goes whole or not at all.
             self.submit(0);
             return Ok(false);
         }
