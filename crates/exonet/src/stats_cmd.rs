@@ -77,6 +77,7 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
         "tx drops",
         &[
             "tx_bad_desc",
+            "tx_bad_chain",
             "tx_bad_channel",
             "tx_template_mismatch",
             "tx_frag_no_head",

@@ -23,10 +23,11 @@
 //! Transmit ([`Mux::poll_tx`]): endpoints with pending descriptors are
 //! visited in deficit round robin by bytes, weighted per endpoint. Each
 //! descriptor is read once and validated, the frame is copied out of the
-//! segment, the copy is checked against the channel's template (and the
-//! channel against the endpoint), and only then sent. The buffer goes back
-//! on the completion ring, flagged [`Desc::REJECTED`] when the frame was
-//! not sent. Fragments an application sends are held to the template of
+//! segment (gathered from its parts, when it is a chain of descriptors:
+//! [`Desc::MORE`]), the copy is checked against the channel's template (and
+//! the channel against the endpoint), and only then sent. The buffer goes
+//! back on the completion ring, flagged [`Desc::REJECTED`] when the frame
+//! was not sent; a chain gets one completion ([`Desc::CHAIN`]). Fragments an application sends are held to the template of
 //! their datagram's head, which must go first, and get an identification
 //! the multiplexer allocates (the `ident` module).
 //!
@@ -67,7 +68,9 @@ use std::time::{Duration, Instant};
 
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
 use exonet_link::Link;
-use exonet_shm::{Desc, IdMap, MuxEndpoint, INLINE_MAX};
+use exonet_shm::{
+    Consumer, Desc, DescError, Frames, IdMap, Layout, MuxEndpoint, INLINE_MAX, MAX_PARTS,
+};
 use exonet_wire::tcp::flags;
 
 pub use control::{Daemon, DaemonConfig, Running, StopHandle};
@@ -332,7 +335,13 @@ pub struct EndpointStats {
     pub tx_bytes: u64,
     /// Transmit descriptors refused: invalid (range, alignment, length, flags).
     pub tx_bad_desc: u64,
-    /// Transmit descriptors naming a channel that is not the endpoint's.
+    /// Transmit chains ([`Desc::MORE`]) refused as a whole, all their
+    /// descriptors consumed and nothing sent: longer than [`MAX_PARTS`],
+    /// parts on different channels, a later part inline, a part invalid
+    /// (outside the frame area, the head outside one buffer, unknown
+    /// flags), or longer in all than the link's frames.
+    pub tx_bad_chain: u64,
+    /// Transmit frames naming a channel that is not the endpoint's.
     pub tx_bad_channel: u64,
     /// Frames that failed the channel's template (never sent).
     pub tx_template_mismatch: u64,
@@ -370,6 +379,7 @@ impl EndpointStats {
     /// All transmit drops.
     pub fn tx_dropped(&self) -> u64 {
         self.tx_bad_desc
+            + self.tx_bad_chain
             + self.tx_bad_channel
             + self.tx_template_mismatch
             + self.tx_frag_no_head
@@ -389,6 +399,7 @@ impl EndpointStats {
             ("tx_frames", self.tx_frames),
             ("tx_bytes", self.tx_bytes),
             ("tx_bad_desc", self.tx_bad_desc),
+            ("tx_bad_chain", self.tx_bad_chain),
             ("tx_bad_channel", self.tx_bad_channel),
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_frag_no_head", self.tx_frag_no_head),
@@ -517,6 +528,9 @@ struct Endpoint {
     deficit: u64,
     channels: Vec<ChannelId>,
     stats: EndpointStats,
+    /// Transmit descriptors are the rest of a chain too long: they are
+    /// consumed, up to and including the next without [`Desc::MORE`].
+    tx_skip: bool,
     /// Entries written on rx in this batch, published at its end.
     rx_pending: u32,
     /// Entries taken from free in this batch, given back at its end.
@@ -674,6 +688,7 @@ impl Mux {
                 deficit: 0,
                 channels: Vec::new(),
                 stats: EndpointStats::default(),
+                tx_skip: false,
                 rx_pending: 0,
                 free_taken: 0,
                 budget: Budget::default(),
@@ -1796,6 +1811,125 @@ fn check_tx(
     Ok(())
 }
 
+/// Why a transmit frame is refused before it is looked at.
+enum Malformed {
+    /// A one-part frame whose descriptor is invalid.
+    Desc,
+    /// A chain that is not one (see [`EndpointStats::tx_bad_chain`]).
+    Chain,
+}
+
+/// A transmit frame as read off the ring: the private copies of its
+/// descriptors, each read once.
+struct TxFrame {
+    parts: [Desc; MAX_PARTS],
+    n: usize,
+}
+
+impl TxFrame {
+    /// Reads the frame that starts at peeked entry `first`: descriptors up
+    /// to the first without [`Desc::MORE`], or [`MAX_PARTS`] of them; `None`
+    /// if it does not end before `avail`, the end of the peek.
+    fn read(tx: &Consumer, first: u32, avail: u32) -> Option<TxFrame> {
+        let mut parts = [Desc::default(); MAX_PARTS];
+        for (k, i) in (first..avail).enumerate().take(MAX_PARTS) {
+            parts[k] = tx.read(i);
+            if !parts[k].has_more() || k + 1 == MAX_PARTS {
+                return Some(TxFrame { parts, n: k + 1 });
+            }
+        }
+        None
+    }
+
+    fn parts(&self) -> &[Desc] {
+        &self.parts[..self.n]
+    }
+
+    fn head(&self) -> Desc {
+        self.parts[0]
+    }
+
+    fn is_chain(&self) -> bool {
+        self.head().has_more()
+    }
+
+    /// A chain that did not end within [`MAX_PARTS`] descriptors.
+    fn too_long(&self) -> bool {
+        self.parts[self.n - 1].has_more()
+    }
+
+    /// The frame's length if it is well formed: its descriptors valid (the
+    /// parts of a chain against this endpoint's layout, so that none reads
+    /// another's memory), a chain on one channel and at most `max_len`
+    /// bytes in all.
+    fn check(&self, layout: &Layout, max_len: usize) -> Result<usize, Malformed> {
+        let head = self.head();
+        if !self.is_chain() {
+            return match layout.validate_frame(head) {
+                Ok(()) => Ok(head.len as usize),
+                Err(_) => Err(Malformed::Desc),
+            };
+        }
+        if self.too_long() {
+            return Err(Malformed::Chain);
+        }
+        let mut total = 0u64;
+        for (k, &p) in self.parts().iter().enumerate() {
+            if layout.validate_part(p, k == 0).is_err() || p.channel != head.channel {
+                return Err(Malformed::Chain);
+            }
+            total += p.len as u64;
+        }
+        usize::try_from(total)
+            .ok()
+            .filter(|&t| t <= max_len)
+            .ok_or(Malformed::Chain)
+    }
+
+    /// The buffer its completion names (see [`Desc::CHAIN`]): that of the
+    /// first part not inline, if the layout knows it (the offsets of an
+    /// invalid frame are untrusted).
+    fn completion_buffer(&self, layout: &Layout) -> Option<u32> {
+        self.parts()
+            .iter()
+            .find(|p| !p.is_inline())
+            .and_then(|p| layout.buffer_of(p.offset))
+    }
+
+    /// The length its completion reports: what the parts claim in all.
+    fn claimed_len(&self) -> u32 {
+        let total: u64 = self.parts().iter().map(|p| p.len as u64).sum();
+        total.min(u32::MAX as u64) as u32
+    }
+
+    /// Copies the checked frame, whose descriptors are entries `first..` of
+    /// the peek, into `buf`; returns its length.
+    fn gather(
+        &self,
+        tx: &Consumer,
+        first: u32,
+        frames: &Frames,
+        buf: &mut [u8],
+    ) -> Result<usize, DescError> {
+        let mut len = 0;
+        for (i, p) in (first..).zip(self.parts()) {
+            let out = buf
+                .get_mut(len..len + p.len as usize)
+                .ok_or(DescError::TooLong {
+                    offset: p.offset,
+                    len: p.len,
+                })?;
+            if p.is_inline() {
+                tx.read_inline(i, p, out);
+            } else {
+                frames.read_area(p.offset, out)?;
+            }
+            len += out.len();
+        }
+        Ok(len)
+    }
+}
+
 /// One endpoint's turn in the transmit scan: sends while its deficit
 /// covers the next frame.
 #[allow(clippy::too_many_arguments)]
@@ -1811,10 +1945,13 @@ fn tx_turn(
 ) -> Turn {
     let mut turn = Turn::default();
     let layout = *e.ep.frames.layout();
+    let max_len = link.max_frame_len().min(buf.len());
     // The rings move a batch at a time: one index load and one index store
     // per batch on each ring, not per frame.
     'batches: while *budget > 0 {
-        let want = (*budget).min(TX_BATCH) as u32;
+        // At least a chain's worth, so that a peek from a frame's start
+        // holds the whole frame if it is published.
+        let want = (*budget).clamp(MAX_PARTS, TX_BATCH) as u32;
         let (avail, room) = match (e.ep.tx.peek(want), e.ep.completion.reserve(want)) {
             (Ok(a), Ok(r)) => (a, r),
             _ => {
@@ -1829,19 +1966,26 @@ fn tx_turn(
         }
         let (mut done, mut given) = (0, 0);
         let mut stop = false;
-        while done < avail && !stop {
-            // Read once; from here on only the private copy `d` is used.
-            let d = e.ep.tx.read(done);
-            let valid = layout.validate_frame(d).is_ok();
-            // A valid buffer frame's buffer goes back on completion; an
-            // invalid descriptor's offset is untrusted, so it gets back only
-            // a buffer offset the layout recognizes.
-            let give_back = if d.is_inline() {
-                None
-            } else {
-                layout.buffer_of(d.offset)
+        // The frame at `done` runs past the peek.
+        let mut cut = false;
+        while done < avail && *budget > 0 && !stop {
+            if e.tx_skip {
+                // The rest of a chain too long, rejected with its start.
+                e.tx_skip = e.ep.tx.read(done).has_more();
+                done += 1;
+                *budget -= 1;
+                continue;
+            }
+            let Some(f) = TxFrame::read(&e.ep.tx, done, avail) else {
+                cut = true;
+                break;
             };
-            let cost = if valid { d.len as u64 } else { 0 };
+            let checked = f.check(&layout, max_len);
+            // A valid buffer frame's buffer goes back on completion; an
+            // invalid frame's offsets are untrusted, so it gets back only a
+            // buffer offset the layout recognizes.
+            let give_back = f.completion_buffer(&layout);
+            let cost = checked.as_ref().map_or(0, |&len| len as u64);
             if cost > e.deficit {
                 turn.short = true;
                 break;
@@ -1851,85 +1995,99 @@ fn tx_turn(
                 break;
             }
             let mut rejected = true;
-            if !valid {
-                e.stats.tx_bad_desc += 1;
-            } else {
-                let len = if d.is_inline() {
-                    e.ep.tx.read_inline(done, &d, buf)
-                } else {
-                    // Validated above, so this cannot fail; an empty frame
+            match checked {
+                Err(Malformed::Desc) => e.stats.tx_bad_desc += 1,
+                Err(Malformed::Chain) => e.stats.tx_bad_chain += 1,
+                Ok(_) => {
+                    // Checked above, so this cannot fail; an empty frame
                     // would fail every template anyway.
-                    e.ep.frames.read(d, buf).unwrap_or_default()
-                };
-                let frame = &mut buf[..len];
-                match channels.get_mut(&d.channel) {
-                    Some(ch) if ch.endpoint == id => {
-                        let check = check_tx(ch, frame, idents, clock);
-                        if let Err(Refusal::Template) = check {
-                            e.stats.tx_template_mismatch += 1;
-                            ch.stats.tx_template_mismatch += 1;
-                        } else if let Err(Refusal::NoHead) = check {
-                            e.stats.tx_frag_no_head += 1;
-                            ch.stats.tx_frag_no_head += 1;
-                        } else if frame.len() < exonet_link::MIN_FRAME_LEN
-                            || frame.len() > link.max_frame_len()
-                        {
-                            // The link would take it and drop it; say so.
-                            e.stats.tx_link_error += 1;
-                        } else {
-                            match link.send_batch(&[frame]) {
-                                Ok(0) => {
-                                    // Not taken: the descriptor stays for
-                                    // the next scan.
-                                    turn.link_full = true;
-                                    break;
-                                }
-                                Ok(_) => {
-                                    rejected = false;
-                                    e.stats.tx_frames += 1;
-                                    e.stats.tx_bytes += len as u64;
-                                    ch.stats.tx_frames += 1;
-                                    ch.stats.tx_bytes += len as u64;
-                                    turn.sent += 1;
-                                    if let Some(conn) = &mut ch.conn {
-                                        if !conn.on_sent(frame) {
-                                            ch.stats.tcp_malformed += 1;
+                    let len = f
+                        .gather(&e.ep.tx, done, &e.ep.frames, buf)
+                        .unwrap_or_default();
+                    // The checks run on the gathered copy: no part can
+                    // change after them, or slip past them.
+                    let frame = &mut buf[..len];
+                    match channels.get_mut(&f.head().channel) {
+                        Some(ch) if ch.endpoint == id => {
+                            let check = check_tx(ch, frame, idents, clock);
+                            if let Err(Refusal::Template) = check {
+                                e.stats.tx_template_mismatch += 1;
+                                ch.stats.tx_template_mismatch += 1;
+                            } else if let Err(Refusal::NoHead) = check {
+                                e.stats.tx_frag_no_head += 1;
+                                ch.stats.tx_frag_no_head += 1;
+                            } else if frame.len() < exonet_link::MIN_FRAME_LEN
+                                || frame.len() > link.max_frame_len()
+                            {
+                                // The link would take it and drop it; say so.
+                                e.stats.tx_link_error += 1;
+                            } else {
+                                match link.send_batch(&[frame]) {
+                                    Ok(0) => {
+                                        // Not taken: the descriptors stay
+                                        // for the next scan.
+                                        turn.link_full = true;
+                                        break;
+                                    }
+                                    Ok(_) => {
+                                        rejected = false;
+                                        e.stats.tx_frames += 1;
+                                        e.stats.tx_bytes += len as u64;
+                                        ch.stats.tx_frames += 1;
+                                        ch.stats.tx_bytes += len as u64;
+                                        turn.sent += 1;
+                                        if let Some(conn) = &mut ch.conn {
+                                            if !conn.on_sent(frame) {
+                                                ch.stats.tcp_malformed += 1;
+                                            }
                                         }
                                     }
-                                }
-                                Err(err) => {
-                                    e.stats.tx_link_error += 1;
-                                    turn.link_error = Some(err);
-                                    stop = true;
+                                    Err(err) => {
+                                        e.stats.tx_link_error += 1;
+                                        turn.link_error = Some(err);
+                                        stop = true;
+                                    }
                                 }
                             }
                         }
+                        _ => e.stats.tx_bad_channel += 1,
                     }
-                    _ => e.stats.tx_bad_channel += 1,
                 }
             }
             if let Some(offset) = give_back {
+                let mut flags = if rejected { Desc::REJECTED } else { 0 };
+                if f.is_chain() {
+                    flags |= Desc::CHAIN;
+                }
                 e.ep.completion.write(
                     given,
                     Desc {
                         offset,
-                        len: d.len,
-                        channel: d.channel,
-                        flags: if rejected { Desc::REJECTED } else { 0 },
+                        len: f.claimed_len(),
+                        channel: f.head().channel,
+                        flags,
                     },
                 );
                 given += 1;
             }
-            done += 1;
+            e.tx_skip = f.too_long();
+            done += f.n as u32;
             e.deficit -= cost;
-            *budget -= 1;
+            *budget = budget.saturating_sub(f.n);
         }
         if done > 0 {
             e.ep.tx.release(done);
             e.ep.completion.submit(given);
             turn.moved = true;
         }
-        if done < avail || stop {
+        if cut && done == 0 {
+            // The frame's end is not published yet (a whole chain always
+            // fits in the peek): wait for it, as on an empty ring.
+            e.deficit = 0;
+            break;
+        }
+        // A cut frame with progress before it is read again from its start.
+        if stop || (done < avail && !cut) {
             break 'batches;
         }
     }

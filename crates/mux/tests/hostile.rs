@@ -1,6 +1,6 @@
-//! Hostile applications: arbitrary descriptors on the free and tx rings and
-//! arbitrary producer indices are counted drops, never a crash or an access
-//! outside the segment.
+//! Hostile applications: arbitrary descriptors (and chains of them) on the
+//! free and tx rings and arbitrary producer indices are counted drops, never
+//! a crash or an access outside the segment.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use common::*;
 use exonet_link::Link;
 use exonet_mux::{ChannelSpec, EndpointId, Mux, Proto};
-use exonet_shm::{AppEndpoint, Desc, RingId, Segment};
+use exonet_shm::{AppEndpoint, Desc, RingId, Segment, MAX_PARTS};
 use exonet_wire::build;
 use proptest::prelude::*;
 
@@ -118,6 +118,8 @@ fn arb_desc() -> impl Strategy<Value = (Desc, bool)> {
         Just(0u32),
         Just(Desc::INLINE),
         Just(Desc::REJECTED),
+        Just(Desc::MORE),
+        Just(Desc::MORE | Desc::INLINE),
         any::<u32>()
     ];
     (offset, len, any::<u32>(), any::<bool>(), flags).prop_map(
@@ -135,15 +137,42 @@ fn arb_desc() -> impl Strategy<Value = (Desc, bool)> {
     )
 }
 
+/// How many frames the multiplexer takes from `descs` (the rules of
+/// [`Desc::MORE`]): a chain ends at its first descriptor without MORE, or
+/// after MAX_PARTS, and then the rest of it is skipped; a chain that does
+/// not end is not taken.
+fn frames_in(descs: &[Desc]) -> u64 {
+    let (mut i, mut frames, mut skip) = (0, 0, false);
+    while i < descs.len() {
+        if skip {
+            skip = descs[i].has_more();
+            i += 1;
+            continue;
+        }
+        let Some(k) = (0..MAX_PARTS)
+            .take_while(|k| i + k < descs.len())
+            .find(|&k| !descs[i + k].has_more() || k + 1 == MAX_PARTS)
+        else {
+            break;
+        };
+        frames += 1;
+        skip = descs[i + k].has_more();
+        i += k + 1;
+    }
+    frames
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
     fn hostile_tx_descriptors_are_counted(descs in proptest::collection::vec(arb_desc(), 1..60)) {
         let mut fx = fixture();
-        let n = descs.len();
-        for (d, own) in descs {
-            let d = if own { Desc { channel: fx.channel, ..d } } else { d };
+        let descs: Vec<Desc> = descs
+            .into_iter()
+            .map(|(d, own)| if own { Desc { channel: fx.channel, ..d } } else { d })
+            .collect();
+        for &d in &descs {
             // Raw reservations let the application write any descriptor.
             prop_assert_eq!(fx.app.tx.reserve(1).unwrap(), 1);
             fx.app.tx.write(0, d);
@@ -151,7 +180,7 @@ proptest! {
         }
         while fx.mux.poll_tx().unwrap() > 0 {}
         let s = fx.mux.endpoint_stats(fx.id).unwrap();
-        prop_assert_eq!(s.tx_frames + s.tx_dropped(), n as u64);
+        prop_assert_eq!(s.tx_frames + s.tx_dropped(), frames_in(&descs));
         let sent = drain_wire(&mut fx.wire);
         prop_assert_eq!(sent.len() as u64, s.tx_frames);
         // Whatever went back names a real buffer.

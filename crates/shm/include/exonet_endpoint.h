@@ -58,7 +58,8 @@
  * The other side is untrusted. A peer index such that prod - cons (mod
  * 2^32) exceeds `entries` is an error, never followed. Copy each
  * descriptor out of the ring once and validate the copy:
- *  - flags: only EXONET_DESC_INLINE and EXONET_DESC_REJECTED;
+ *  - flags: only EXONET_DESC_INLINE, EXONET_DESC_REJECTED, EXONET_DESC_MORE
+ *    and EXONET_DESC_CHAIN; EXONET_DESC_MORE only on tx;
  *  - rx/tx, inline: len <= EXONET_INLINE_MAX, bytes in the entry's slot;
  *  - rx/tx, in a buffer: frames_offset <= offset, offset inside the frame
  *    area, (offset - frames_offset) % frame_size + len <= frame_size
@@ -66,6 +67,23 @@
  *  - free/completion: not inline, offset is the first byte of a buffer.
  * Copy frames out of the segment before checking them (the sender can
  * rewrite them at any time).
+ *
+ * MULTI-PART TX FRAMES
+ *
+ * A tx frame may be a chain of 1 to EXONET_MAX_PARTS descriptors, as
+ * AF_XDP's XDP_PKT_CONTD: EXONET_DESC_MORE on every part but the last, all
+ * on one channel; the frame is the parts' bytes in order, at most the
+ * link's frame length in all. The first part is checked as any tx frame
+ * (inline, or in one buffer); a later part is not inline and its len
+ * bytes at offset lie anywhere in the frame area (across buffers). Publish
+ * a chain with one producer store: the multiplexer takes it only once its
+ * last part is published. A malformed chain is consumed whole and not
+ * sent; one that has not ended after EXONET_MAX_PARTS entries is rejected
+ * with the rest of it, up to its next entry without EXONET_DESC_MORE. A
+ * chain gets one completion, after all its parts were copied: flagged
+ * EXONET_DESC_CHAIN, naming the buffer of its first part that is not inline
+ * (with an inline head, the buffer where the second part starts), len the
+ * frame's total length.
  *
  * WAKE-UPS
  *
@@ -113,6 +131,11 @@
 /* Descriptor flags. */
 #define EXONET_DESC_INLINE 0x1u   /* frame bytes are in the ring's inline slot */
 #define EXONET_DESC_REJECTED 0x2u /* completion: the frame was not sent */
+#define EXONET_DESC_MORE 0x4u     /* tx: the frame continues in the next entry */
+#define EXONET_DESC_CHAIN 0x8u    /* completion: of a chain (EXONET_DESC_MORE) */
+
+/* Most descriptors in one tx frame (a chain). */
+#define EXONET_MAX_PARTS 4u
 
 /* Wake-up flags. */
 #define EXONET_WAKE_SLEEPING 0x1u    /* signal me after giving me work */

@@ -33,6 +33,12 @@ use std::fmt;
 ///   costs no more than a 60-byte one, so the larger slot is free.
 pub const INLINE_MAX: usize = 128;
 
+/// Most descriptors in one transmit frame (see [`Desc::MORE`]): a header and
+/// up to three pieces of payload, for instance the two ends of a wrapped
+/// send ring. At most the smallest ring, so that a full tx ring always
+/// holds either a chain's end or a chain too long.
+pub const MAX_PARTS: usize = 4;
+
 /// One descriptor: 16 bytes, `#[repr(C)]` (`struct exonet_desc` in C).
 ///
 /// On rx and tx a descriptor names a frame: either bytes `offset..offset+len`
@@ -43,9 +49,20 @@ pub const INLINE_MAX: usize = 128;
 /// first byte; `len` is unused on free and carries the sent length on
 /// completion.
 ///
+/// On tx, a frame may also be a *chain* of up to [`MAX_PARTS`] descriptors
+/// (scatter-gather, AF_XDP's multi-buffer frames): every part but the last
+/// carries [`Desc::MORE`], all parts name the same channel, and the frame is
+/// the parts' bytes in order. The first part (the head) is an ordinary tx
+/// frame descriptor, inline or in one buffer; each later part is `len` bytes
+/// at `offset` anywhere in the frame area, across buffers if need be (a
+/// payload in a send ring the application keeps off the free ring), never
+/// inline. See [`Desc::MORE`] and [`Desc::CHAIN`] for how chains are taken
+/// and completed.
+///
 /// Everything in a descriptor written by the other process is untrusted:
 /// read it once (the rings hand out copies) and check the copy with
-/// [`Layout::validate_frame`](crate::Layout::validate_frame) or
+/// [`Layout::validate_frame`](crate::Layout::validate_frame),
+/// [`Layout::validate_part`](crate::Layout::validate_part) or
 /// [`Layout::validate_buffer`](crate::Layout::validate_buffer) before use.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -58,7 +75,8 @@ pub struct Desc {
     /// The channel (U-Net's channel tag) the frame belongs to, as given by
     /// the multiplexer when the channel was bound.
     pub channel: u32,
-    /// [`Desc::INLINE`], [`Desc::REJECTED`]; other bits must be zero.
+    /// [`Desc::INLINE`], [`Desc::REJECTED`], [`Desc::MORE`], [`Desc::CHAIN`];
+    /// other bits must be zero.
     pub flags: u32,
 }
 
@@ -68,8 +86,32 @@ impl Desc {
     /// On the completion ring: the multiplexer did not send the frame (it
     /// failed the channel's header template, or the link refused it).
     pub const REJECTED: u32 = 1 << 1;
+    /// On tx only: the frame continues in the next descriptor (AF_XDP's
+    /// `XDP_PKT_CONTD`). The multiplexer takes a chain only once its last
+    /// part (the first without `MORE`) is published, so an application
+    /// publishes a chain with one producer index store
+    /// ([`Producer::push_chain`](crate::Producer::push_chain)) and the
+    /// multiplexer never sees half of one. A chain that has not ended after
+    /// [`MAX_PARTS`] descriptors is rejected, and so is the rest of it, up
+    /// to and including its next descriptor without `MORE`. A chain is
+    /// rejected as a whole: every part is consumed, nothing is sent.
+    /// Invalid on rx, free and completion.
+    pub const MORE: u32 = 1 << 2;
+    /// On the completion ring: this entry completes a chain ([`Desc::MORE`]).
+    /// A chain gets exactly one completion, once the multiplexer has copied
+    /// all of its parts (so every byte it referenced may be reused; the
+    /// parts' entries are not released before that either), naming the
+    /// buffer of its first part that is not inline: the head's buffer, or
+    /// with an inline head the buffer holding the start of the second part,
+    /// which the application may have kept (a send ring) rather than lent.
+    /// `len` is the frame's total length (saturated). With
+    /// [`Desc::REJECTED`] when the frame was not sent; a rejected chain
+    /// whose first such offset is outside the frame area gets no
+    /// completion. Completions come in tx ring order. A one-part frame is
+    /// completed as before: its buffer if it has one, nothing if inline.
+    pub const CHAIN: u32 = 1 << 3;
     /// All flags this version knows; a descriptor with others is invalid.
-    pub const KNOWN_FLAGS: u32 = Self::INLINE | Self::REJECTED;
+    pub const KNOWN_FLAGS: u32 = Self::INLINE | Self::REJECTED | Self::MORE | Self::CHAIN;
 
     /// A frame of `len` bytes at `offset` in a buffer, on `channel`.
     pub fn buffer(offset: u32, len: u32, channel: u32) -> Desc {
@@ -84,6 +126,16 @@ impl Desc {
     /// Whether the frame is in the inline slot.
     pub fn is_inline(&self) -> bool {
         self.flags & Self::INLINE != 0
+    }
+
+    /// Whether the frame continues in the next tx descriptor.
+    pub fn has_more(&self) -> bool {
+        self.flags & Self::MORE != 0
+    }
+
+    /// Whether this completion completes a chain.
+    pub fn is_chain(&self) -> bool {
+        self.flags & Self::CHAIN != 0
     }
 }
 
@@ -103,6 +155,9 @@ pub enum DescError {
     Misaligned { offset: u32 },
     /// The frame runs past the end of its buffer.
     TooLong { offset: u32, len: u32 },
+    /// [`Desc::MORE`] where a frame must be whole (rx, free, completion,
+    /// [`Frames::read`](crate::Frames::read)).
+    More,
 }
 
 impl fmt::Display for DescError {
@@ -125,6 +180,7 @@ impl fmt::Display for DescError {
                     "frame of {len} bytes at {offset:#x} runs past its buffer"
                 )
             }
+            DescError::More => write!(f, "a continued frame where a whole one is required"),
         }
     }
 }

@@ -20,7 +20,7 @@
 use std::fmt;
 use std::io;
 
-use crate::desc::{Desc, DescError, INLINE_MAX};
+use crate::desc::{Desc, DescError, INLINE_MAX, MAX_PARTS};
 use crate::sync::AtomicU32;
 use crate::wake::WakeWord;
 
@@ -145,6 +145,8 @@ const _: () = {
     assert!(std::mem::size_of::<crate::ring::InlineSlot>() == INLINE_MAX);
     assert!(std::mem::size_of::<RingHead>() as u64 == RING_DESCS_OFFSET);
     assert!(std::mem::size_of::<SegmentHeader>() <= HEADER_SIZE as usize);
+    // A whole chain fits in any tx ring (see `MAX_PARTS`).
+    assert!(MAX_PARTS as u32 <= MIN_RING_ENTRIES);
 };
 
 /// What a segment is made of. Sizes are checked by [`Layout::new`].
@@ -388,13 +390,32 @@ impl Layout {
             .then(|| (self.frames_offset + (rel & !(fs - 1))) as u32)
     }
 
-    /// Checks a frame descriptor (rx, tx): known flags; inline and at most
-    /// [`INLINE_MAX`] bytes, or `len` bytes at `offset` all inside one frame
-    /// buffer. Takes the descriptor by value because it must be the
-    /// caller's private copy.
+    /// Checks a frame descriptor (rx, a one-part tx frame): known flags, no
+    /// [`Desc::MORE`]; inline and at most [`INLINE_MAX`] bytes, or `len`
+    /// bytes at `offset` all inside one frame buffer. Takes the descriptor
+    /// by value because it must be the caller's private copy.
     pub fn validate_frame(&self, d: Desc) -> Result<(), DescError> {
+        if d.has_more() {
+            return Err(DescError::More);
+        }
+        self.validate_part(d, true)
+    }
+
+    /// Checks one part of a tx frame, which may carry [`Desc::MORE`]: the
+    /// `head` (first part) as [`validate_frame`](Self::validate_frame)
+    /// checks a whole frame; a later part is not inline and lies anywhere
+    /// in the frame area ([`check_area`](Self::check_area)). Whether the
+    /// parts make a chain (count, channel, total length) is the caller's
+    /// check.
+    pub fn validate_part(&self, d: Desc, head: bool) -> Result<(), DescError> {
         if d.flags & !Desc::KNOWN_FLAGS != 0 {
             return Err(DescError::UnknownFlags { flags: d.flags });
+        }
+        if !head {
+            if d.is_inline() {
+                return Err(DescError::Inline);
+            }
+            return self.check_area(d.offset, d.len);
         }
         if d.is_inline() {
             if d.len as usize > INLINE_MAX {
@@ -406,11 +427,14 @@ impl Layout {
     }
 
     /// Checks a buffer descriptor (free, completion): known flags, not
-    /// inline, `offset` the first byte of a frame buffer; `len` is not
-    /// looked at.
+    /// inline, no [`Desc::MORE`], `offset` the first byte of a frame
+    /// buffer; `len` is not looked at.
     pub fn validate_buffer(&self, d: Desc) -> Result<(), DescError> {
         if d.flags & !Desc::KNOWN_FLAGS != 0 {
             return Err(DescError::UnknownFlags { flags: d.flags });
+        }
+        if d.has_more() {
+            return Err(DescError::More);
         }
         if d.is_inline() {
             return Err(DescError::Inline);

@@ -19,6 +19,10 @@
 //! [`Layout::validate_buffer`]). Each side publishes in the header whether
 //! it sleeps ([`WakeWord`]), so the other rings its doorbell only then.
 //! Frames of up to [`INLINE_MAX`] bytes travel inside the rx and tx rings.
+//! A transmit frame may be gathered from up to [`MAX_PARTS`] descriptors
+//! ([`Desc::MORE`], AF_XDP's multi-buffer frames): a header, inline or in a
+//! buffer, and payload anywhere in the frame area, published together with
+//! [`Producer::push_chain`].
 //!
 //! The layout is written down in C in `include/exonet_endpoint.h`.
 
@@ -32,9 +36,9 @@ mod ring;
 mod sync;
 mod wake;
 
-pub use desc::{Desc, DescError, INLINE_MAX};
+pub use desc::{Desc, DescError, INLINE_MAX, MAX_PARTS};
 pub use idmap::{IdHasher, IdMap};
-pub use ring::{Consumer, Producer, RingError};
+pub use ring::{Consumer, Part, Producer, RingError};
 pub use wake::WakeWord;
 
 #[cfg(not(loom))]

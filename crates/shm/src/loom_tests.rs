@@ -10,7 +10,7 @@ use loom::thread;
 
 use crate::ring::heap;
 use crate::sync::{AtomicU32, Ordering};
-use crate::{Consumer, Desc, Producer, WakeWord, INLINE_MAX};
+use crate::{Consumer, Desc, Part, Producer, WakeWord, INLINE_MAX};
 
 const ITEMS: u32 = 3;
 
@@ -122,6 +122,40 @@ fn loom_ring_inline() {
             assert_eq!((d.channel, d.len), (i, 9));
             assert_eq!(&buf[..9], &payload(i)[..]);
         }
+        producer.join().unwrap();
+    });
+}
+
+/// A chain is published with one index store: the consumer sees none of
+/// it or all of it, never the head alone.
+#[test]
+fn loom_chain_seen_whole() {
+    loom::model(|| {
+        let (mut p, mut c) = heap::ring(4, true);
+        let producer = thread::spawn(move || {
+            let parts = [
+                Part::Inline(&[7; 9]),
+                Part::Area {
+                    offset: 0x1000,
+                    len: 5,
+                },
+                Part::Area {
+                    offset: 0x2000,
+                    len: 6,
+                },
+            ];
+            assert!(p.push_chain(3, &parts).unwrap());
+        });
+        let seen = loop {
+            match c.peek(4).unwrap() {
+                0 => thread::yield_now(),
+                n => break n,
+            }
+        };
+        assert_eq!(seen, 3);
+        let d: Vec<Desc> = (0..3).map(|i| c.read(i)).collect();
+        assert!(d[0].has_more() && d[0].is_inline() && d[1].has_more() && !d[2].has_more());
+        assert_eq!((d[1].offset, d[2].len), (0x1000, 6));
         producer.join().unwrap();
     });
 }

@@ -27,7 +27,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::desc::{Desc, INLINE_MAX};
+use crate::desc::{Desc, INLINE_MAX, MAX_PARTS};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// Keeps the memory a ring points into alive (the mapping, or under loom the
@@ -167,6 +167,9 @@ pub enum RingError {
     InlineTooLong { len: usize },
     /// This ring has no inline slots (only rx and tx do).
     NoInlineSlots,
+    /// A chain of no parts or more than [`MAX_PARTS`], or with an inline
+    /// part after the first.
+    BadChain { parts: usize },
 }
 
 impl fmt::Display for RingError {
@@ -184,11 +187,26 @@ impl fmt::Display for RingError {
                 write!(f, "inline frame of {len} bytes (at most {INLINE_MAX})")
             }
             RingError::NoInlineSlots => write!(f, "this ring has no inline slots"),
+            RingError::BadChain { parts } => write!(
+                f,
+                "a chain of {parts} parts (1 to {MAX_PARTS}, only the first inline)"
+            ),
         }
     }
 }
 
 impl std::error::Error for RingError {}
+
+/// One part of a multi-part transmit frame, for
+/// [`Producer::push_chain`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// Bytes copied into the entry's inline slot (the first part only).
+    Inline(&'a [u8]),
+    /// `len` bytes at `offset` of the segment: inside one buffer for the
+    /// first part, anywhere in the frame area for the others.
+    Area { offset: u32, len: u32 },
+}
 
 /// The producing end of a ring: free and tx for the application, rx and
 /// completion for the multiplexer.
@@ -278,6 +296,18 @@ impl Producer {
     /// # Panics
     /// If `i` is not below the count the last `reserve` granted.
     pub fn write_inline(&mut self, i: u32, channel: u32, data: &[u8]) -> Result<(), RingError> {
+        self.write_inline_flags(i, channel, data, 0)
+    }
+
+    /// [`write_inline`](Self::write_inline) with `flags` besides
+    /// [`Desc::INLINE`].
+    fn write_inline_flags(
+        &mut self,
+        i: u32,
+        channel: u32,
+        data: &[u8],
+        flags: u32,
+    ) -> Result<(), RingError> {
         assert!(
             i < self.reserved,
             "write_inline({i}) beyond reservation of {}",
@@ -293,7 +323,7 @@ impl Producer {
             offset: 0,
             len: data.len() as u32,
             channel,
-            flags: Desc::INLINE,
+            flags: Desc::INLINE | flags,
         });
         Ok(())
     }
@@ -341,6 +371,50 @@ impl Producer {
         }
         self.write_inline(0, channel, data)?;
         self.submit(1);
+        Ok(true)
+    }
+
+    /// Pushes a frame of `parts` on `channel` (tx): every part but the last
+    /// gets [`Desc::MORE`], and all are published with one index store, so
+    /// the consumer sees the whole chain or none of it. `Ok(false)` if the
+    /// ring has no room for all the parts (nothing is pushed then).
+    pub fn push_chain(&mut self, channel: u32, parts: &[Part<'_>]) -> Result<bool, RingError> {
+        let bad = RingError::BadChain { parts: parts.len() };
+        if parts.is_empty() || parts.len() > MAX_PARTS {
+            return Err(bad);
+        }
+        for (i, part) in parts.iter().enumerate() {
+            match part {
+                Part::Inline(_) if i > 0 => return Err(bad),
+                Part::Inline(data) if data.len() > INLINE_MAX => {
+                    return Err(RingError::InlineTooLong { len: data.len() })
+                }
+                Part::Inline(_) if !self.has_inline() => return Err(RingError::NoInlineSlots),
+                _ => {}
+            }
+        }
+        let n = parts.len() as u32;
+        if self.reserve(n)? < n {
+            // Drops the partial reservation: a chain goes whole or not at all.
+            self.submit(0);
+            return Ok(false);
+        }
+        for (i, part) in (0..).zip(parts) {
+            let more = if i + 1 < n { Desc::MORE } else { 0 };
+            match *part {
+                Part::Inline(data) => self.write_inline_flags(i, channel, data, more)?,
+                Part::Area { offset, len } => self.write(
+                    i,
+                    Desc {
+                        offset,
+                        len,
+                        channel,
+                        flags: more,
+                    },
+                ),
+            }
+        }
+        self.submit(n);
         Ok(true)
     }
 

@@ -230,6 +230,181 @@ fn descriptors_are_validated() {
     assert_eq!(l.buffer_of(f - 1), None);
 }
 
+/// `MORE` only on tx: a whole frame (rx, a one-part tx frame) and a buffer
+/// (free, completion) refuse it; a chain's parts are checked by
+/// `validate_part`, the head within one buffer, the others anywhere in the
+/// frame area.
+#[test]
+fn more_is_valid_only_on_transmit_parts() {
+    let l = Layout::new(&small()).unwrap();
+    let f = l.frames_offset() as u32;
+    let end = f + 16 * 2048;
+    let more = |d: Desc| Desc {
+        flags: d.flags | Desc::MORE,
+        ..d
+    };
+    let inline = |len| Desc {
+        offset: 0,
+        len,
+        channel: 0,
+        flags: Desc::INLINE,
+    };
+    // rx, and tx frames of one part.
+    assert_eq!(
+        l.validate_frame(more(Desc::buffer(f, 60, 1))),
+        Err(DescError::More)
+    );
+    assert_eq!(l.validate_frame(more(inline(60))), Err(DescError::More));
+    // free and completion.
+    assert_eq!(
+        l.validate_buffer(more(Desc::buffer(f, 0, 0))),
+        Err(DescError::More)
+    );
+    let chain_done = Desc {
+        flags: Desc::CHAIN | Desc::REJECTED,
+        ..Desc::buffer(f, 3000, 0)
+    };
+    assert_eq!(l.validate_buffer(chain_done), Ok(()));
+    // The head of a chain: a tx frame that continues.
+    assert_eq!(l.validate_part(more(inline(128)), true), Ok(()));
+    assert_eq!(
+        l.validate_part(more(inline(129)), true),
+        Err(DescError::InlineTooLong { len: 129 })
+    );
+    assert_eq!(
+        l.validate_part(more(Desc::buffer(f + 100, 1948, 1)), true),
+        Ok(())
+    );
+    assert_eq!(
+        l.validate_part(more(Desc::buffer(f + 100, 1949, 1)), true),
+        Err(DescError::TooLong {
+            offset: f + 100,
+            len: 1949
+        })
+    );
+    // Later parts: across buffers, up to the end of the area, never inline.
+    assert_eq!(
+        l.validate_part(Desc::buffer(f + 100, 1949, 1), false),
+        Ok(())
+    );
+    assert_eq!(
+        l.validate_part(more(Desc::buffer(f + 2000, 5000, 1)), false),
+        Ok(())
+    );
+    assert_eq!(
+        l.validate_part(Desc::buffer(end - 10, 10, 1), false),
+        Ok(())
+    );
+    assert_eq!(
+        l.validate_part(Desc::buffer(end - 10, 11, 1), false),
+        Err(DescError::TooLong {
+            offset: end - 10,
+            len: 11
+        })
+    );
+    assert_eq!(
+        l.validate_part(Desc::buffer(f - 1, 1, 1), false),
+        Err(DescError::TooLong {
+            offset: f - 1,
+            len: 1
+        })
+    );
+    assert_eq!(
+        l.validate_part(Desc::buffer(u32::MAX, u32::MAX, 1), false),
+        Err(DescError::TooLong {
+            offset: u32::MAX,
+            len: u32::MAX
+        })
+    );
+    assert_eq!(l.validate_part(inline(10), false), Err(DescError::Inline));
+    assert_eq!(
+        l.validate_part(
+            Desc {
+                flags: 0x100,
+                ..Desc::buffer(f, 1, 1)
+            },
+            false
+        ),
+        Err(DescError::UnknownFlags { flags: 0x100 })
+    );
+    // A chain's part is not a frame to read by itself.
+    let (app, _mux) = pair(&small());
+    let mut out = [0u8; 8];
+    assert_eq!(
+        app.frames.read(more(Desc::buffer(f, 8, 1)), &mut out),
+        Err(DescError::More)
+    );
+}
+
+/// `push_chain` publishes all parts with one index store, `MORE` on all but
+/// the last, or nothing at all.
+#[test]
+fn chains_are_pushed_whole_or_not_at_all() {
+    let (mut app, mut mux) = pair(&small());
+    let f = app.frames.layout().frames_offset() as u32;
+    let header = [0xabu8; 42];
+    let parts = [
+        Part::Inline(&header),
+        Part::Area {
+            offset: f + 2000,
+            len: 100,
+        },
+        Part::Area {
+            offset: f + 4096,
+            len: 7,
+        },
+    ];
+    assert!(app.tx.push_chain(9, &parts).unwrap());
+    assert_eq!(mux.tx.peek(8).unwrap(), 3);
+    let got: Vec<Desc> = (0..3).map(|i| mux.tx.read(i)).collect();
+    assert_eq!(got[0].flags, Desc::INLINE | Desc::MORE);
+    assert_eq!((got[0].len, got[0].channel), (42, 9));
+    let mut inline = [0u8; INLINE_MAX];
+    assert_eq!(mux.tx.read_inline(0, &got[0], &mut inline), 42);
+    assert_eq!(&inline[..42], &header[..]);
+    assert_eq!(
+        got[1],
+        Desc {
+            flags: Desc::MORE,
+            ..Desc::buffer(f + 2000, 100, 9)
+        }
+    );
+    assert_eq!(got[2], Desc::buffer(f + 4096, 7, 9));
+    assert!(got[1].has_more() && !got[2].has_more());
+    mux.tx.release(3);
+    // Three and four of eight entries taken: a chain of three no longer
+    // fits, and nothing of it is pushed.
+    assert!(app.tx.push_chain(1, &parts).unwrap());
+    assert!(app.tx.push_chain(1, &[parts[1]; 4]).unwrap());
+    assert!(!app.tx.push_chain(1, &parts).unwrap());
+    assert_eq!(app.tx.outstanding(), 7);
+    assert!(app.tx.push(Desc::buffer(f, 60, 1)).unwrap());
+    // Malformed chains are refused before anything is written.
+    let area = parts[1];
+    for bad in [
+        &[][..],
+        &[area; MAX_PARTS + 1][..],
+        &[area, Part::Inline(&header)][..],
+    ] {
+        assert!(matches!(
+            app.tx.push_chain(1, bad),
+            Err(RingError::BadChain { .. })
+        ));
+    }
+    assert_eq!(
+        app.tx
+            .push_chain(1, &[Part::Inline(&[0; INLINE_MAX + 1]), area]),
+        Err(RingError::InlineTooLong {
+            len: INLINE_MAX + 1
+        })
+    );
+    assert_eq!(
+        app.free.push_chain(1, &[Part::Inline(&header)]),
+        Err(RingError::NoInlineSlots)
+    );
+    assert_eq!(app.tx.outstanding(), 8);
+}
+
 #[test]
 fn frames_are_copied_in_bounds() {
     let (app, mux) = pair(&small());
