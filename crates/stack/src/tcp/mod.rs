@@ -50,6 +50,7 @@
 mod cc;
 mod connection;
 mod isn;
+mod rack;
 mod recv;
 mod rtt;
 mod seq;
