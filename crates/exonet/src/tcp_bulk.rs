@@ -139,6 +139,7 @@ impl Moved {
             println!(
                 "{{\"role\":\"{role}\",\"peer\":\"{}\",\"bytes\":{},\"secs\":{:.6},\"gbps\":{gbps:.3},\
                  \"retransmitted\":{},\"timeouts\":{},\"fast_retransmits\":{},\
+                 \"rack_losses\":{},\"rack_timeouts\":{},\
                  \"segments_sent\":{},\"segments_received\":{},\"mss\":{}}}",
                 self.peer,
                 self.bytes,
@@ -146,6 +147,8 @@ impl Moved {
                 s.retransmitted,
                 s.timeouts,
                 s.fast_retransmits,
+                s.rack_losses,
+                s.rack_timeouts,
                 s.segments_sent,
                 s.segments_received,
                 self.info.mss,
@@ -153,8 +156,14 @@ impl Moved {
         } else {
             println!(
                 "exonet tcp-bulk {role}: {}: {} bytes in {:.3} s, {gbps:.3} Gbit/s, \
-                 {} retransmitted ({} timeouts, {} fast retransmits)",
-                self.peer, self.bytes, self.secs, s.retransmitted, s.timeouts, s.fast_retransmits
+                 {} retransmitted ({} timeouts, {} fast retransmits, {} RACK losses)",
+                self.peer,
+                self.bytes,
+                self.secs,
+                s.retransmitted,
+                s.timeouts,
+                s.fast_retransmits,
+                s.rack_losses
             );
         }
     }

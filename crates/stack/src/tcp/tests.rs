@@ -2743,8 +2743,31 @@ fn rack_repairs_a_lost_retransmission_without_a_timeout() {
 /// End 0 sends 300 KB over the 10 ms round trip of [`established_pair`], its
 /// segments 10 µs apart on the link; segment 60 arrives 15 µs late (overtaken by
 /// the next one: reordering seen, nothing resent), segment 150 `late` late.
-fn reordered(cfg: TcpConfig, late: Duration) -> Net {
+/// With `dsack`, end 0 first gets an ACK with a D-SACK block (RFC 2883 §4: below
+/// the cumulative ACK).
+fn reordered(cfg: TcpConfig, late: Duration, dsack: bool) -> Net {
     let mut n = established_pair(cfg.clone(), cfg);
+    if dsack {
+        let (una, seq, window) = (
+            last_from(&n, 1).ack,
+            last_from(&n, 0).ack,
+            last_from(&n, 1).window,
+        );
+        let mut opts = [0u8; 40];
+        let block = (una.wrapping_sub(100), una);
+        let sack = [
+            TcpOption::NoOp,
+            TcpOption::NoOp,
+            TcpOption::Sack([Some(block), None, None, None]),
+        ];
+        let len = write_options(&sack, &mut opts).unwrap();
+        let mut r = forged(1, seq, una, flags::ACK, &[]);
+        r.options = &opts[..len];
+        r.window = window;
+        let now = n.now;
+        n.conn_mut(0).handle_segment(&r, now);
+        assert_eq!(n.conn(0).stats().dsacks_received, 1);
+    }
     n.faults.spacing = Duration::from_micros(10);
     let first = last_from(&n, 0).seq;
     let mss = n.conn(0).send_mss() as u32;
@@ -2772,7 +2795,7 @@ fn rack_waits_out_reordering_within_its_window() {
     // 1 ms late, under min_RTT / 4 = 2.5 ms: no retransmission with RACK, as
     // reordering was seen before (RFC 8985 §6.2 step 4), though dozens of
     // segments overtook it. The RACK timer was armed, and disarmed by the ACK.
-    let n = reordered(TcpConfig::default(), ms(1));
+    let n = reordered(TcpConfig::default(), ms(1), false);
     let st = n.conn(0).stats();
     assert_eq!(
         (
@@ -2792,11 +2815,12 @@ fn rack_waits_out_reordering_within_its_window() {
             ..TcpConfig::default()
         },
         ms(1),
+        false,
     );
     let st = off.conn(0).stats();
     assert_eq!((st.retransmitted, st.fast_retransmits), (1, 1), "{st:?}");
     // 5 ms late, beyond the window: lost to RACK, resent once.
-    let n = reordered(TcpConfig::default(), ms(5));
+    let n = reordered(TcpConfig::default(), ms(5), false);
     let st = n.conn(0).stats();
     assert_eq!(
         (st.retransmitted, st.rack_losses, st.timeouts),
@@ -2883,4 +2907,18 @@ fn rack_and_without_it_long_lossy_reordering_transfers_arrive_intact() {
         }
         assert!(timeouts[0] <= timeouts[1], "{timeouts:?}");
     }
+}
+
+#[test]
+fn dsack_widens_the_reordering_window() {
+    // 4 ms late: beyond min_RTT / 4, within twice that, to which a D-SACK
+    // widens the window (RFC 8985 §6.2 step 4).
+    let plain = reordered(TcpConfig::default(), ms(4), false);
+    let st = plain.conn(0).stats();
+    assert_eq!((st.retransmitted, st.rack_losses), (1, 1), "{st:?}");
+    let widened = reordered(TcpConfig::default(), ms(4), true);
+    let st = widened.conn(0).stats();
+    assert_eq!((st.retransmitted, st.rack_losses), (0, 0), "{st:?}");
+    // The D-SACK block went into no scoreboard.
+    assert_eq!((st.sack_blocks_ignored, st.dsacks_received), (1, 1));
 }

@@ -70,6 +70,8 @@ pub struct TcpSocketStats {
     pub timeouts: u64,
     /// Fast retransmits, over all connections so far.
     pub fast_retransmits: u64,
+    /// Segments RACK marked lost (RFC 8985 §6), over all connections so far.
+    pub rack_losses: u64,
 }
 
 /// A TCP socket: a listener or a connection.
@@ -244,6 +246,7 @@ impl Inner {
             s.retransmitted += st.retransmitted;
             s.timeouts += st.timeouts;
             s.fast_retransmits += st.fast_retransmits;
+            s.rack_losses += st.rack_losses;
         }
         s
     }
@@ -522,6 +525,7 @@ impl Inner {
             self.tcp.stats.retransmitted += st.retransmitted;
             self.tcp.stats.timeouts += st.timeouts;
             self.tcp.stats.fast_retransmits += st.fast_retransmits;
+            self.tcp.stats.rack_losses += st.rack_losses;
             if let Some(lid) = c.listener {
                 own_channel = false;
                 if let Some(l) = listener_in(&mut self.sockets, lid) {
