@@ -231,6 +231,9 @@ pub struct TcpStats {
     /// Retransmissions without a timeout: entering recovery, answering a partial
     /// ACK, or repairing a hole the SACK scoreboard shows (RFC 6675 NextSeg).
     pub fast_retransmits: u64,
+    /// Of those, rescue retransmissions (RFC 6675 §4 NextSeg rule (4)): the last
+    /// segment in recovery, once per recovery, when nothing else may go.
+    pub rescue_retransmits: u64,
     /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
     pub challenge_acks: u64,
     /// See `challenge_acks`.
@@ -554,6 +557,8 @@ pub struct Connection {
     scoreboard: Vec<(SeqNum, SeqNum)>,
     /// RFC 6675's HighRxt, as the end of the highest retransmitted range.
     high_rxt: SeqNum,
+    /// RFC 6675's RescueRxt: `recover` when the rescue retransmission went.
+    rescue_rxt: Option<SeqNum>,
     /// The probe timer (RFC 8985 §7.2).
     pto_deadline: Option<Time>,
     /// The probe timer expired: the next segment is a probe (RFC 8985 §7.3).
@@ -652,6 +657,7 @@ impl Connection {
             rexmit_pending: false,
             scoreboard: Vec::new(),
             high_rxt: iss,
+            rescue_rxt: None,
             pto_deadline: None,
             tlp_pending: false,
             tlp: None,
@@ -2158,9 +2164,9 @@ impl Connection {
 
     /// RFC 6675 §5 (C): while cwnd − pipe allows a segment, NextSeg: a lost hole
     /// (rule 1), else new data (rule 2), else any hole below the highest SACKed
-    /// byte (rule 3). The rescue retransmission (rule 4) is left out: RFC 6675
-    /// makes it optional. With RACK, what it marked lost is rule 1's, and pipe
-    /// counts its losses (RFC 8985 §6.2 in place of IsLost).
+    /// byte (rule 3), else the rescue retransmission (rule 4). With RACK, what it
+    /// marked lost is rule 1's, and pipe counts its losses (RFC 8985 §6.2 in
+    /// place of IsLost).
     fn sack_recovery_transmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
         let rack = self.rack_on();
         let pipe = if rack { self.rack.pipe() } else { self.pipe() };
@@ -2180,8 +2186,46 @@ impl Connection {
             if let Some((seq, len)) = self.next_hole(true) {
                 return self.fast_retransmit(buf, now, room.min(len as usize), seq);
             }
+            if let Some(n) = self.rescue_retransmit(now, buf, room) {
+                return Some(n);
+            }
         }
         self.pure_ack(now, buf)
+    }
+
+    /// RFC 6675 §4 NextSeg rule (4), the rescue retransmission: once per
+    /// recovery (until SND.UNA passes RescueRxt), the last segment beyond the
+    /// highest SACKed byte, whose loss nothing else would show before the RTO;
+    /// HighRxt stays. Narrower than the RFC's: only once everything queued has
+    /// been sent (with data waiting, rule (2) failed for the peer's window and
+    /// the tail is most likely still in flight: a rescue would be spurious), and
+    /// only that tail (the highest unSACKed byte of a hole, which the RFC allows
+    /// too, was resent already by rules (1) and (3)). Not with RACK: a
+    /// retransmission sent after the tail shows its loss a round trip later
+    /// (RFC 8985 §6.2), and a tail still in flight costs no spurious resend.
+    fn rescue_retransmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
+        let used = self.rescue_rxt.is_some_and(|r| self.snd_una <= r);
+        if self.rack_on() || used || self.has_unsent() {
+            return None;
+        }
+        let tail = self.scoreboard.last().map_or(self.snd_una, |r| r.1);
+        if tail >= self.snd_max {
+            return None;
+        }
+        // A FIN goes again with the data before it (`retransmit`).
+        let data_end = self.send_base + self.send_buf.len() as u32;
+        let end = if self.snd_max < data_end {
+            self.snd_max
+        } else {
+            data_end
+        };
+        let seq = end - (room as u32).min(end.distance_from(tail));
+        let (n, _) = self.retransmit(buf, now, room, seq)?;
+        self.rescue_rxt = Some(self.recover);
+        self.stats.fast_retransmits += 1;
+        self.stats.rescue_retransmits += 1;
+        self.arm_pto(now);
+        Some(n)
     }
 
     /// Going back after a timeout, SND.NXT skips what the peer is known to hold

@@ -50,10 +50,11 @@
 //! 6675's: they start recovery and are NextSeg's first choice, and pipe counts
 //! them out. This finds lost retransmissions, which RFC 6675 leaves to the RTO,
 //! and losses fewer than DupThresh segments show. Without RACK, DupThresh marks
-//! the holes and the probe timer is the only stand-in for RACK's.
+//! the holes, the probe timer is the only stand-in for RACK's, and RFC 6675's
+//! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
+//! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: RFC 6675's optional rescue retransmission, sending D-SACKs (RFC
-//! 2883), HyStart, and sending from
+//! Not yet: sending D-SACKs (RFC 2883), HyStart, and sending from
 //! buffers in the endpoint's segment (the send buffer is private memory, so each
 //! transmission copies the data into a frame). The sockets over the multiplexer
 //! are in [`crate::socket`]. Of RFC 7323, a non-RST segment without timestamps on a

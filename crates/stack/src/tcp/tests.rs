@@ -2922,3 +2922,40 @@ fn dsack_widens_the_reordering_window() {
     // The D-SACK block went into no scoreboard.
     assert_eq!((st.sack_blocks_ignored, st.dsacks_received), (1, 1));
 }
+
+#[test]
+fn rescue_retransmission_repairs_a_tail_loss_in_recovery() {
+    // 22 and 29 lost in the last flight, the probe timer off: recovery for 22
+    // begins with 29 outstanding beyond the highest SACKed byte, no segment
+    // sent after it.
+    let cfg = |rack| TcpConfig {
+        rack,
+        tail_loss_probe: false,
+        ..fast_config()
+    };
+    let n = tail_losses(cfg(false), &[22, 29]);
+    let st = n.conn(0).stats();
+    // Rules (1)–(3) have nothing to send after 22: the rescue (RFC 6675 NextSeg
+    // rule (4)) resends 29 at once (without it, DupThresh never marks 29 and the
+    // RTO repairs it).
+    assert_eq!(
+        (st.timeouts, st.retransmitted, st.rescue_retransmits),
+        (0, 2, 1),
+        "{st:?}"
+    );
+    let first = n.log.iter().find(|s| s.from == 0 && s.len > 0).unwrap().seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let at = |n: &Net, i: u32| resent_at(n, first.wrapping_add(i * mss));
+    assert_eq!(at(&n, 22), at(&n, 29));
+    // RACK needs no rescue: 22's retransmission, delivered, shows 29 lost a
+    // round trip later (RACK.reo_wnd is zero in recovery while no reordering
+    // was seen).
+    let n = tail_losses(cfg(true), &[22, 29]);
+    let st = n.conn(0).stats();
+    assert_eq!(
+        (st.timeouts, st.rescue_retransmits, st.rack_losses),
+        (0, 0, 2),
+        "{st:?}"
+    );
+    assert_eq!(at(&n, 29), at(&n, 22) + ms(10));
+}
