@@ -110,6 +110,7 @@ const CHANNEL_COLUMNS: &[(&str, &[&str])] = &[
             "handler_bad_verdict",
         ],
     ),
+    ("ash drops", &["handler_dropped"]),
     ("ash sent", &["handler_sent"]),
 ];
 

@@ -140,6 +140,7 @@ impl Moved {
                 "{{\"role\":\"{role}\",\"peer\":\"{}\",\"bytes\":{},\"secs\":{:.6},\"gbps\":{gbps:.3},\
                  \"retransmitted\":{},\"timeouts\":{},\"fast_retransmits\":{},\
                  \"rack_losses\":{},\"rack_timeouts\":{},\
+                 \"css_entries\":{},\"hystart_exits\":{},\
                  \"segments_sent\":{},\"segments_received\":{},\"mss\":{}}}",
                 self.peer,
                 self.bytes,
@@ -149,6 +150,8 @@ impl Moved {
                 s.fast_retransmits,
                 s.rack_losses,
                 s.rack_timeouts,
+                s.css_entries,
+                s.hystart_exits,
                 s.segments_sent,
                 s.segments_received,
                 self.info.mss,
@@ -156,14 +159,19 @@ impl Moved {
         } else {
             println!(
                 "exonet tcp-bulk {role}: {}: {} bytes in {:.3} s, {gbps:.3} Gbit/s, \
-                 {} retransmitted ({} timeouts, {} fast retransmits, {} RACK losses)",
+                 {} retransmitted ({} timeouts, {} fast retransmits, {} RACK losses){}",
                 self.peer,
                 self.bytes,
                 self.secs,
                 s.retransmitted,
                 s.timeouts,
                 s.fast_retransmits,
-                s.rack_losses
+                s.rack_losses,
+                if s.hystart_exits > 0 {
+                    ", slow start left by HyStart++"
+                } else {
+                    ""
+                }
             );
         }
     }

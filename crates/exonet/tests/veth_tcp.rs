@@ -3,7 +3,8 @@
 //! segmentation offloads off: `curl` from `exonet http-serve`, `exonet
 //! http-get` from Python's `http.server`, `nc` both ways with half-close,
 //! 200 MB from Python to `exonet tcp-bulk recv --verify`, and
-//! `tcp-pingpong` against `socat` and from `nc`. Every Linux client runs
+//! `tcp-pingpong` against `socat` and from `nc`; curl reconnecting from
+//! one port through exonet's TIME-WAIT. Every Linux client runs
 //! under `timeout` (servers are the Rig's to kill, so they are started
 //! without one: `timeout` would leave them behind); each step's time is
 //! printed.
@@ -116,6 +117,26 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
         .unwrap();
     assert_eq!(text(&out.stdout), "404");
     logged(&log, "\"GET /big.bin HTTP/1.1\" 200 10485760");
+    // Linux reconnects at once from the port of a connection that exonet
+    // closed first (nc waits for the server's FIN, so Linux's side ends in
+    // LAST-ACK, not TIME-WAIT): the multiplexer holds exonet's TIME-WAIT
+    // once the server lets the connection go, and lets the new SYN in (RFC
+    // 6191: Linux's timestamps grow from one connection to the next).
+    // Refused, nc would give up after 5 s.
+    for i in 0..3 {
+        let out = sh(
+            &rig,
+            &format!(
+                "printf 'GET / HTTP/1.1\\r\\nHost: exonet\\r\\nConnection: close\\r\\n\\r\\n' | nc -w 5 -p 40123 {exo} 80"
+            ),
+        );
+        assert!(
+            text(&out.stdout).ends_with("<h1>exonet</h1>\n"),
+            "connection {i} from one port: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
 
     // exonet http-get from Python's http.server.
     let root = www.to_str().unwrap();

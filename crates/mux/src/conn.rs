@@ -9,11 +9,13 @@
 //! that pass through the multiplexer ([`ConnTrack`]), a few loads a frame:
 //! on transmit (after the template check) the highest sequence number sent
 //! (SND.MAX), the last acknowledgment sent, our FIN and RST; on receive the
-//! peer's FIN, its highest acknowledgment and an acceptable RST. No checksum
-//! is verified there: every conclusion rests on an exact equality with a
-//! number the application itself sent (the peer's FIN counts once our
-//! acknowledgment names it, a RST only at exactly our RCV.NXT as RFC 5961
-//! §3.2 asks), which a corrupted segment meets only by chance.
+//! peer's FIN, its highest acknowledgment, its latest timestamp and an
+//! acceptable RST. No checksum is verified there: every conclusion rests on
+//! an exact equality with a number the application itself sent (the peer's
+//! FIN counts once our acknowledgment names it, a RST only at exactly our
+//! RCV.NXT as RFC 5961 §3.2 asks), which a corrupted segment meets only by
+//! chance. The timestamp is the exception: a corrupted one can only make a
+//! hold refuse a new incarnation's SYN (RFC 6191) until its 2×MSL ends.
 //!
 //! When the channel goes (its endpoint removed, or the channel unbound) the
 //! connection's fate follows ([`ConnTrack::fate`]): a finished one needs
@@ -43,6 +45,8 @@ struct Seg {
     ack: u32,
     /// Data bytes.
     len: u32,
+    /// The timestamps option's TSval (RFC 7323 §3).
+    tsval: Option<u32>,
 }
 
 impl Seg {
@@ -89,6 +93,7 @@ fn read(frame: &[u8]) -> Read {
         seq: tcp.seq_number(),
         ack: tcp.ack_number(),
         len: tcp.payload().len() as u32,
+        tsval: tcp.timestamps().map(|(v, _)| v),
     })
 }
 
@@ -111,6 +116,9 @@ pub(crate) struct ConnTrack {
     /// library holding its own TIME-WAIT does no earlier, so a library that
     /// unbinds when its TIME-WAIT ends leaves nothing to hold here.
     peer_fin: Option<(u32, Instant)>,
+    /// The latest TSval the peer sent (RFC 6191 §2's "last timestamp
+    /// seen"), from segments whose ACK is acceptable.
+    peer_ts: Option<u32>,
     /// We acknowledged the peer's FIN since it last arrived.
     peer_fin_acked: bool,
     /// Our FIN went before the peer's arrived: this side closed first (or
@@ -129,8 +137,14 @@ pub(crate) enum Fate {
     Done,
     /// Abandoned: `<SEQ=SND.MAX><CTL=RST>` to the next hop.
     Reset { seq: u32, to: MacAddr },
-    /// In TIME-WAIT until `until`; answered with `<SEQ=seq><ACK=ack><CTL=ACK>`.
-    TimeWait { until: Instant, seq: u32, ack: u32 },
+    /// In TIME-WAIT until `until`; answered with `<SEQ=seq><ACK=ack><CTL=ACK>`;
+    /// `ts`, the peer's last TSval, decides on a new incarnation (RFC 6191).
+    TimeWait {
+        until: Instant,
+        seq: u32,
+        ack: u32,
+        ts: Option<u32>,
+    },
 }
 
 impl ConnTrack {
@@ -183,6 +197,11 @@ impl ConnTrack {
         if s.has(flags::ACK) && acceptable && self.peer_ack.is_none_or(|a| after(s.ack, a)) {
             self.peer_ack = Some(s.ack);
         }
+        if let Some(v) = s.tsval.filter(|_| s.has(flags::ACK) && acceptable) {
+            if self.peer_ts.is_none_or(|t| after(v, t)) {
+                self.peer_ts = Some(v);
+            }
+        }
         if s.has(flags::FIN) {
             self.peer_fin = Some((s.fin_seq(), now));
             self.peer_fin_acked = false;
@@ -209,6 +228,7 @@ impl ConnTrack {
                         until,
                         seq: self.snd_max,
                         ack: f.wrapping_add(1),
+                        ts: self.peer_ts,
                     }
                 } else {
                     Fate::Done
@@ -239,9 +259,22 @@ struct Held {
     /// SND.MAX and RCV.NXT, for the ACKs it answers with.
     seq: u32,
     ack: u32,
+    /// The peer's last TSval.
+    ts: Option<u32>,
     until: Instant,
     /// Tie-breaker among equal deadlines, in order of holding.
     order: u64,
+}
+
+/// What a hold answers with and decides by, and how long it lasts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hold {
+    /// SND.MAX and RCV.NXT of the old connection.
+    pub seq: u32,
+    pub ack: u32,
+    /// The peer's last TSval.
+    pub ts: Option<u32>,
+    pub until: Instant,
 }
 
 /// Connections in TIME-WAIT whose application is gone, by the id of the
@@ -290,7 +323,13 @@ impl TimeWaits {
     }
 
     /// Holds `t` by `filter` until `until`. The caller made room.
-    pub fn insert(&mut self, filter: u32, t: Tuple, seq: u32, ack: u32, until: Instant) {
+    pub fn insert(&mut self, filter: u32, t: Tuple, hold: Hold) {
+        let Hold {
+            seq,
+            ack,
+            ts,
+            until,
+        } = hold;
         let order = self.order;
         self.order += 1;
         self.by_deadline.insert((until, order), filter);
@@ -299,6 +338,7 @@ impl TimeWaits {
             tuple: t,
             seq,
             ack,
+            ts,
             until,
             order,
         };
@@ -365,19 +405,24 @@ impl TimeWaits {
         }
     }
 
-    /// A new connection's SYN for held `filter` that may end the hold: RFC
-    /// 1122 §4.2.2.13 (as RFC 6191 falls back to without timestamps, which
-    /// the multiplexer does not track) lets a SYN whose sequence number is
-    /// beyond the old connection's reopen the 4-tuple, so a client that
-    /// reuses its port at once is not refused for 2×MSL. Returns the hold,
-    /// taken out, for the caller to release and deliver the SYN.
+    /// A new connection's SYN for held `filter` that may end the hold, so
+    /// that a client that reuses its port at once is not refused for
+    /// 2×MSL. RFC 6191 §2: where both the SYN and the old connection carry
+    /// timestamps (the library takes timestamps a SYN offers), the SYN's
+    /// TSval must come after the last one the peer sent; otherwise, as
+    /// RFC 1122 §4.2.2.13, its sequence number must be beyond the old
+    /// connection's. Returns the hold, taken out, for the caller to release
+    /// and deliver the SYN.
     pub fn reopen(&mut self, filter: u32, frame: &[u8]) -> Option<(u32, Tuple)> {
         let h = self.held.get(&filter)?;
         let tcp = checked_tcp(frame)?;
         let syn_only = tcp.flags() & (flags::SYN | flags::ACK | flags::RST) == flags::SYN;
-        // Beyond the old sequence space: at or after RCV.NXT of the old one.
-        let beyond = tcp.seq_number() == h.ack || after(tcp.seq_number(), h.ack);
-        if !(syn_only && beyond) {
+        let newer = match (tcp.timestamps(), h.ts) {
+            (Some((tsval, _)), Some(last)) => after(tsval, last),
+            // At or after RCV.NXT of the old one.
+            _ => tcp.seq_number() == h.ack || after(tcp.seq_number(), h.ack),
+        };
+        if !(syn_only && newer) {
             return None;
         }
         self.remove(filter)
@@ -403,6 +448,7 @@ impl TimeWaits {
             seq: tcp.seq_number(),
             ack: 0,
             len: tcp.payload().len() as u32,
+            tsval: None,
         };
         if s.has(flags::FIN) && s.fin_seq().wrapping_add(1) == h.ack {
             self.by_deadline.remove(&(h.until, h.order));
@@ -529,6 +575,7 @@ mod tests {
             until: t0 + TW,
             seq: 1002,
             ack: 5002,
+            ts: None,
         };
         assert_eq!(c.fate(t0, TW), want);
         assert_eq!(c.fate(t0 + TW, TW), Fate::Done);

@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use exonet_ash::handler::{self, Engine, HandlerConfig, Outbox, Outcome, Run, Window};
+use exonet_ash::layer::{Composition, Verdict};
 use exonet_ash::Transfer;
 use exonet_shm::control::HandlerSpec;
 use exonet_shm::Frames;
@@ -38,6 +39,21 @@ pub(crate) struct Downloaded {
 impl Handler for Downloaded {
     fn on_frame(&mut self, frame: &[u8], out: &mut Outbox) -> Run {
         self.ash.run(frame, out)
+    }
+}
+
+/// Protocol layers composed at run time (§2.3) into one handler whose data
+/// manipulations are one loop: trusted code, installed in process
+/// ([`Mux::set_handler`](crate::Mux::set_handler)). A refusing layer's
+/// `Drop` drops the frame (counted); its `Deliver` delivers it untouched.
+impl Handler for Composition {
+    fn on_frame(&mut self, frame: &[u8], _out: &mut Outbox) -> Run {
+        let outcome = match self.run(frame) {
+            Verdict::Consumed => Outcome::Consumed,
+            Verdict::Deliver => Outcome::Deliver,
+            Verdict::Drop => Outcome::Dropped,
+        };
+        Run { outcome, fuel: 0 }
     }
 }
 

@@ -130,7 +130,7 @@ pub struct HostStats {
     pub time_wait_acks: u64,
     /// RSTs to held connections, ignored (RFC 1337).
     pub time_wait_rst_ignored: u64,
-    /// Holds ended early by a new connection's SYN (RFC 1122 §4.2.2.13).
+    /// Holds ended early by a new connection's SYN (RFC 6191 by timestamps, else RFC 1122 §4.2.2.13).
     pub time_wait_reused: u64,
     /// Held connections whose 2×MSL ran out.
     pub time_wait_expired: u64,

@@ -79,7 +79,7 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
-use conn::{ConnTrack, Fate, TimeWaits, Tuple};
+use conn::{ConnTrack, Fate, Hold, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
 use exonet_shm::control::HandlerSpec;
 use frag::To;
@@ -422,6 +422,7 @@ impl ChannelStats {
             ("handler_out_of_fuel", self.handler_out_of_fuel),
             ("handler_traps", self.handler_traps),
             ("handler_bad_verdict", self.handler_bad_verdict),
+            ("handler_dropped", self.handler_dropped),
             ("handler_sent", self.handler_sent),
             ("handler_send_refused", self.handler_send_refused),
         ]
@@ -460,6 +461,9 @@ pub struct ChannelStats {
     pub handler_out_of_fuel: u64,
     pub handler_traps: u64,
     pub handler_bad_verdict: u64,
+    /// Of the frames it consumed, those its handler dropped: a composed
+    /// handler's layer refused them (see [`handlers::Handler`]).
+    pub handler_dropped: u64,
     /// Frames its handler sent, and those the template refused.
     pub handler_sent: u64,
     pub handler_send_refused: u64,
@@ -731,7 +735,21 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait { until, seq, ack } => self.hold_time_wait(&spec, t, until, seq, ack),
+            Fate::TimeWait {
+                until,
+                seq,
+                ack,
+                ts,
+            } => self.hold_time_wait(
+                &spec,
+                t,
+                Hold {
+                    seq,
+                    ack,
+                    ts,
+                    until,
+                },
+            ),
         }
     }
 
@@ -739,7 +757,7 @@ impl Mux {
     /// multiplexer's own takes its 4-tuple (so that a listener on the port
     /// does not get the old connection's segments), and its port is not
     /// handed out as an ephemeral one.
-    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, until: Instant, seq: u32, ack: u32) {
+    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, hold: Hold) {
         // Another channel of the same 4-tuple was held before: this one is
         // the later incarnation.
         if let Some(old) = self.time_wait.remove_tuple(&t) {
@@ -761,7 +779,7 @@ impl Mux {
             return;
         };
         self.ports.hold(Proto::Tcp, t.local.1);
-        self.time_wait.insert(filter.0, t, seq, ack, until);
+        self.time_wait.insert(filter.0, t, hold);
         self.host.stats.time_wait_held += 1;
     }
 
@@ -1593,6 +1611,10 @@ fn run_handler(
     let verdict = match run.outcome {
         Outcome::Consumed => HandlerVerdict::Consumed,
         Outcome::Deliver => HandlerVerdict::Deliver,
+        Outcome::Dropped => {
+            stats.handler_dropped += 1;
+            return HandlerVerdict::Consumed;
+        }
         Outcome::Aborted(why) => {
             match why {
                 Abort::Requested => stats.handler_aborts += 1,

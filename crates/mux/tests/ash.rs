@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use common::*;
 use exonet_ash::handler::examples;
+use exonet_ash::layer::{
+    Composition, Ipv4Layer, Layer, LayerError, LayerPipes, Message, Pass, UdpLayer,
+};
+use exonet_ash::pipe::builtins;
 use exonet_link::Link;
 use exonet_mux::{ChannelSpec, HandlerLimits, Mux, MuxConfig, MuxError, Proto};
 use exonet_shm::control::HandlerSpec;
@@ -308,4 +312,75 @@ fn pipe_lists_vector_messages_into_the_window() {
     }
     let c = mux.channel_stats(ch).unwrap();
     assert_eq!((c.handler_runs, c.rx_consumed, c.handler_traps), (4, 4, 0));
+}
+
+/// The application layer of a composition: takes the payload through its
+/// byte swap (and the UDP checksum the layer below pushed) in one loop,
+/// keeps it on commit.
+struct Collect {
+    staged: Vec<u8>,
+    kept: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Layer for Collect {
+    fn pipes(&self) -> LayerPipes {
+        LayerPipes {
+            up: Vec::new(),
+            own: vec![builtins::byte_swap32()],
+        }
+    }
+
+    fn body(&mut self, msg: &mut Message<'_>) -> Result<Pass, LayerError> {
+        let n = msg.remaining();
+        self.staged.resize(n, 0);
+        msg.consume_into(&mut self.staged, n, true)?;
+        Ok(Pass::Consumed)
+    }
+
+    fn commit(&mut self, _: &Message<'_>) -> Result<(), LayerError> {
+        let got = std::mem::take(&mut self.staged);
+        self.kept.lock().expect("not poisoned").push(got);
+        Ok(())
+    }
+
+    fn abort(&mut self) {
+        self.staged.clear();
+    }
+}
+
+#[test]
+fn a_composition_of_ip_udp_and_application_layers_runs_on_its_channel() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, _) = endpoint(&mut mux, 16, false);
+    let (ch, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let layers: Vec<Box<dyn Layer>> = vec![
+        Box::new(Ipv4Layer),
+        Box::new(UdpLayer::default()),
+        Box::new(Collect {
+            staged: Vec::new(),
+            kept: kept.clone(),
+        }),
+    ];
+    let composed = Composition::new(layers).unwrap();
+    mux.set_handler(ch, Some(Box::new(composed))).unwrap();
+
+    let good = udp_to(5000, b"abcdefgh");
+    // The same datagram with a payload byte changed: its checksum fails.
+    let mut bad = good.clone();
+    *bad.last_mut().unwrap() ^= 0x20;
+    // Without a checksum (0: none was sent), taken as it is.
+    let mut unchecked = udp_to(5000, b"12345678");
+    unchecked[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
+    wire.send_batch(&[&good, &bad, &unchecked]).unwrap();
+    mux.poll_rx().unwrap();
+
+    assert!(drain_rx(&mut app).is_empty(), "consumed or dropped");
+    let kept = kept.lock().unwrap().clone();
+    assert_eq!(kept, vec![b"dcbahgfe".to_vec(), b"43218765".to_vec()]);
+    let c = mux.channel_stats(ch).unwrap();
+    assert_eq!(
+        (c.handler_runs, c.rx_consumed, c.handler_dropped),
+        (3, 3, 1)
+    );
 }

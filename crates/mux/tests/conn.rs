@@ -15,6 +15,7 @@ use exonet_mux::{ChannelId, ChannelSpec, EndpointId, Mux, MuxConfig, MuxError, P
 use exonet_shm::AppEndpoint;
 use exonet_wire::build;
 use exonet_wire::tcp::flags::{ACK, FIN, RST, SYN};
+use exonet_wire::tcp::TcpOption;
 use proptest::prelude::*;
 
 const PEER_PORT: u16 = 80;
@@ -409,6 +410,57 @@ fn a_new_syn_beyond_the_old_sequence_space_reopens_the_4_tuple() {
     // The 4-tuple binds again.
     let (again, _) = n.connect(&b, port, PEER_PORT);
     n.mux.unbind_channel(again).unwrap();
+}
+
+/// A segment from the peer with the timestamps option.
+fn from_peer_ts(port: u16, fl: u8, seq: u32, ack: u32, tsval: u32) -> Vec<u8> {
+    let ts = TcpOption::Timestamps { tsval, tsecr: 0 };
+    build::tcp_frame(
+        PEER_MAC,
+        HOST_MAC,
+        PEER,
+        HOST,
+        PEER_PORT,
+        port,
+        fl,
+        seq,
+        ack,
+        &[ts],
+        &[],
+    )
+}
+
+#[test]
+fn with_timestamps_a_new_syn_reopens_by_its_tsval() {
+    let mut n = Net::new(MuxConfig::default());
+    let (mut a, ch, port) = n.established_app();
+    // The peer's last TSval is 5000; a later one whose ACK is beyond
+    // anything sent is not taken.
+    let f = from_peer_ts(port, ACK, IRS + 4, ISS + 6, 5000);
+    let g = from_peer_ts(port, ACK, IRS + 4, ISS + 99, 9000);
+    n.wire.send_batch(&[&f, &g]).unwrap();
+    n.mux.poll_rx().unwrap();
+    drain_rx(&mut a.app);
+    n.close_first(&mut a, ch, port);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    let mut b = n.app();
+    let (listener, _) = n.mux.bind_socket(b.ep, tcp(port, None)).unwrap();
+    // RFC 6191 §2: beyond the old sequence space, but an older TSval: the
+    // hold answers it as an old duplicate.
+    let old = from_peer_ts(port, SYN, IRS + 100_000, 0, 4999);
+    n.wire.send_batch(&[&old]).unwrap();
+    n.mux.poll_rx().unwrap();
+    assert!(drain_rx(&mut b.app).is_empty());
+    assert_eq!(n.on_wire(), vec![ack_from(port, ISS + 7, IRS + 5)]);
+    // A newer TSval reopens, though its sequence number is in the old space.
+    let new = from_peer_ts(port, SYN, IRS, 0, 5001);
+    n.wire.send_batch(&[&new]).unwrap();
+    n.mux.poll_rx().unwrap();
+    let rx = drain_rx(&mut b.app);
+    assert_eq!(rx.len(), 1);
+    assert_eq!(rx[0].0, listener.0);
+    let host = n.mux.stats().host;
+    assert_eq!((host.time_wait_reused, host.time_wait_now), (1, 0));
 }
 
 #[test]

@@ -174,6 +174,23 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         TcpOptionIter::new(self.options())
     }
 
+    /// The timestamps option's (TSval, TSecr), if the segment carries one
+    /// (RFC 7323 §3). The layout of RFC 7323 Appendix A (NOP, NOP, then the
+    /// option), which nearly every sender uses, is read without a scan; the
+    /// first well-formed one counts, and malformed options hide the rest.
+    pub fn timestamps(&self) -> Option<(u32, u32)> {
+        let o = self.options();
+        if o.len() >= 12 && o[..4] == [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10] {
+            return Some((get_u32(o, 4), get_u32(o, 8)));
+        }
+        self.options_iter()
+            .map_while(Result::ok)
+            .find_map(|opt| match opt {
+                TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+                _ => None,
+            })
+    }
+
     /// Segment data.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]

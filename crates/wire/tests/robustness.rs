@@ -251,4 +251,29 @@ proptest! {
     fn random_options_never_panic(b in proptest::collection::vec(any::<u8>(), 0..44)) {
         poke_options(&b);
     }
+
+    /// `timestamps()` (with its short path for NOP, NOP, TS) finds what a
+    /// scan of the options finds, for random option bytes and for the
+    /// usual layout with random values.
+    #[test]
+    fn timestamps_match_a_scan(words in proptest::collection::vec(any::<[u8; 4]>(), 0..10), usual in any::<bool>(), ts in any::<(u32, u32)>()) {
+        let mut opts: Vec<u8> = words.concat();
+        if usual && opts.len() >= 12 {
+            opts[..4].copy_from_slice(&[1, 1, 8, 10]);
+            opts[4..8].copy_from_slice(&ts.0.to_be_bytes());
+            opts[8..12].copy_from_slice(&ts.1.to_be_bytes());
+        }
+        let mut seg = vec![0u8; 20];
+        seg[12] = (((20 + opts.len()) / 4) << 4) as u8;
+        seg.extend_from_slice(&opts);
+        let p = TcpPacket::new_checked(&seg[..]).unwrap();
+        let scan = TcpOptionIter::new(&opts).map_while(Result::ok).find_map(|o| match o {
+            TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+            _ => None,
+        });
+        prop_assert_eq!(p.timestamps(), scan);
+        if usual && opts.len() >= 12 {
+            prop_assert_eq!(p.timestamps(), Some(ts));
+        }
+    }
 }

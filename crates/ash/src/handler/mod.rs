@@ -213,6 +213,10 @@ pub enum Outcome {
     Consumed,
     /// Deliver the frame to the application as usual; the sends stand.
     Deliver,
+    /// Not delivered, and counted as a drop: a composed handler's layer
+    /// refused the message (a bad checksum, [`crate::layer::Verdict::Drop`]).
+    /// A downloaded module has no such verdict.
+    Dropped,
     /// Aborted: deliver the frame untouched; the sends were discarded.
     Aborted(Abort),
 }

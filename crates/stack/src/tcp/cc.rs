@@ -1,10 +1,12 @@
 //! Congestion control: RFC 5681 slow start and congestion avoidance with NewReno's
 //! window arithmetic in fast recovery (RFC 6582), or CUBIC's growth and decrease
-//! (RFC 9438). The connection detects duplicate ACKs, partial ACKs and losses and
+//! (RFC 9438), either with HyStart++'s delay-based exit from the initial slow start
+//! (RFC 9406). The connection detects duplicate ACKs, partial ACKs and losses and
 //! retransmits; this keeps the windows.
 
 use std::time::Duration;
 
+use super::seq::SeqNum;
 use crate::Time;
 
 /// The congestion control algorithm of a connection ([`super::TcpConfig::congestion`]).
@@ -25,6 +27,48 @@ const CUBIC_BETA: f64 = 0.7;
 /// RFC 9438 §4.3: α_cubic = 3 (1 − β) / (1 + β), Reno's average rate at β.
 const CUBIC_ALPHA: f64 = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
 
+/// RFC 9406 §4.3: MIN_RTT_THRESH, the least delay increase taken for a queue.
+const MIN_RTT_THRESH: Duration = Duration::from_millis(4);
+/// RFC 9406 §4.3: MAX_RTT_THRESH, the most that is asked for on long paths.
+const MAX_RTT_THRESH: Duration = Duration::from_millis(16);
+/// RFC 9406 §4.3: MIN_RTT_DIVISOR, RttThresh = lastRoundMinRTT / 8 between the two.
+const MIN_RTT_DIVISOR: u32 = 8;
+/// RFC 9406 §4.3: N_RTT_SAMPLE, the RTT samples a round needs before its minimum
+/// is trusted.
+const N_RTT_SAMPLE: u32 = 8;
+/// RFC 9406 §4.3: CSS_GROWTH_DIVISOR, Conservative Slow Start grows at a quarter
+/// of slow start's rate.
+const CSS_GROWTH_DIVISOR: u32 = 4;
+/// RFC 9406 §4.3: CSS_ROUNDS, the rounds of CSS before congestion avoidance.
+const CSS_ROUNDS: u32 = 5;
+
+/// HyStart++'s state (RFC 9406 §4.2).
+#[derive(Debug, Clone, Default)]
+struct HyStart {
+    /// windowEnd: the round ends when an ACK covers it; `None` until the first
+    /// ACK of data, which starts the first round at SND.NXT.
+    window_end: Option<SeqNum>,
+    /// lastRoundMinRTT; `None` for infinity.
+    last_round_min_rtt: Option<Duration>,
+    /// currentRoundMinRTT; `None` for infinity.
+    current_round_min_rtt: Option<Duration>,
+    /// rttSampleCount.
+    rtt_sample_count: u32,
+    /// cssBaselineMinRtt: `Some` while in Conservative Slow Start.
+    css_baseline_min_rtt: Option<Duration>,
+    /// CSS rounds ended, the one CSS began in included.
+    css_rounds: u32,
+}
+
+/// What HyStart++ did on an ACK, for the connection's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HyStartEvent {
+    /// The delay rose: Conservative Slow Start.
+    CssEntered,
+    /// CSS_ROUNDS rounds of CSS: congestion avoidance, ssthresh = cwnd.
+    SlowStartExited,
+}
+
 /// CUBIC's state (RFC 9438 §4.1), windows in segments.
 #[derive(Debug, Clone, Default)]
 struct Cubic {
@@ -33,7 +77,7 @@ struct Cubic {
     /// cwnd_prior: the window when ssthresh was last set (§4.3's switch of α).
     cwnd_prior: f64,
     /// Start of the current congestion avoidance stage, t = 0; `None` until the
-    /// first ACK in it.
+    /// first ACK in it (or HyStart++ ends slow start, at that moment).
     epoch: Option<Time>,
     /// K (§4.2, equation 2), in seconds.
     k: f64,
@@ -44,6 +88,19 @@ struct Cubic {
 }
 
 impl Cubic {
+    /// §4.2: a congestion avoidance stage starts at `now` with cwnd_epoch = `cwnd`;
+    /// without an earlier reduction (slow start ended at ssthresh, or by HyStart++,
+    /// §4.10) the plateau W_max is here and K = 0.
+    fn begin_epoch(&mut self, cwnd: f64, now: Time) {
+        if self.w_max < cwnd {
+            self.w_max = cwnd;
+        }
+        self.k = ((self.w_max - cwnd) / CUBIC_C).cbrt();
+        self.w_est = cwnd;
+        self.carry = 0.0;
+        self.epoch = Some(now);
+    }
+
     /// W_cubic(t) of §4.2, equation 1, with `t` in seconds since the epoch.
     fn w_cubic(&self, t: f64) -> f64 {
         CUBIC_C * (t - self.k).powi(3) + self.w_max
@@ -58,12 +115,14 @@ pub(crate) struct CongestionControl {
     ssthresh: u32,
     mss: u32,
     cubic: Cubic,
+    /// `None` without HyStart++ ([`super::TcpConfig::hystart`]).
+    hystart: Option<HyStart>,
 }
 
 impl CongestionControl {
     /// RFC 5681 §3.1, equation (1): the initial window by SMSS; ssthresh starts
     /// arbitrarily high. RFC 9438 §4.10 keeps both.
-    pub(crate) fn new(algorithm: Congestion, mss: u32) -> Self {
+    pub(crate) fn new(algorithm: Congestion, mss: u32, hystart: bool) -> Self {
         let segments = match mss {
             m if m > 2190 => 2,
             m if m > 1095 => 3,
@@ -75,6 +134,7 @@ impl CongestionControl {
             ssthresh: u32::MAX,
             mss,
             cubic: Cubic::default(),
+            hystart: hystart.then(HyStart::default),
         }
     }
 
@@ -99,7 +159,15 @@ impl CongestionControl {
     /// the smoothed RTT, which CUBIC looks ahead by.
     pub(crate) fn on_ack(&mut self, acked: u32, now: Time, rtt: Duration) {
         if self.cwnd < self.ssthresh {
-            self.cwnd = self.cwnd.saturating_add(acked.min(self.mss));
+            // RFC 9406 §4.2 grows by min(N, L·SMSS), and §4.3 suggests L = 8 for an
+            // unpaced sender; we keep RFC 3465's L = 1, so that HyStart++ changes
+            // where slow start ends, not how fast it goes (nor its bursts).
+            let mut inc = acked.min(self.mss);
+            if self.in_css() {
+                // RFC 9406 §4.2: CSS grows by a CSS_GROWTH_DIVISOR-th of that.
+                inc /= CSS_GROWTH_DIVISOR;
+            }
+            self.cwnd = self.cwnd.saturating_add(inc);
             return;
         }
         match self.algorithm {
@@ -118,17 +186,13 @@ impl CongestionControl {
         let mss = f64::from(self.mss);
         let cwnd = f64::from(self.cwnd) / mss;
         let c = &mut self.cubic;
-        let epoch = *c.epoch.get_or_insert_with(|| {
-            // §4.2: a new stage starts with cwnd_epoch = cwnd; without an earlier
-            // reduction (slow start ended at ssthresh) the plateau is here.
-            if c.w_max < cwnd {
-                c.w_max = cwnd;
+        let epoch = match c.epoch {
+            Some(e) => e,
+            None => {
+                c.begin_epoch(cwnd, now);
+                now
             }
-            c.k = ((c.w_max - cwnd) / CUBIC_C).cbrt();
-            c.w_est = cwnd;
-            c.carry = 0.0;
-            now
-        });
+        };
         let t = now.saturating_duration_since(epoch).as_secs_f64();
         // §4.3, equation 4; α becomes 1 once W_est reaches cwnd_prior.
         let alpha = if c.w_est >= c.cwnd_prior {
@@ -149,6 +213,100 @@ impl CongestionControl {
         let whole = c.carry.floor();
         c.carry -= whole;
         self.cwnd = self.cwnd.saturating_add(whole as u32);
+    }
+
+    /// HyStart++ is on and slow start is its initial one (RFC 9406 §4.3: HyStart++
+    /// SHOULD only be used while ssthresh is at its initial, arbitrarily high
+    /// value; a later slow start, after a timeout, stops at the ssthresh the loss
+    /// set, and a loss in CSS ends it the same way).
+    fn hystart(&mut self) -> Option<&mut HyStart> {
+        self.hystart.as_mut().filter(|_| self.ssthresh == u32::MAX)
+    }
+
+    /// In Conservative Slow Start (RFC 9406 §4.2).
+    fn in_css(&self) -> bool {
+        self.ssthresh == u32::MAX
+            && self
+                .hystart
+                .as_ref()
+                .is_some_and(|h| h.css_baseline_min_rtt.is_some())
+    }
+
+    /// RFC 9406 §4.2 on an ACK of new data outside recovery, after [`Self::on_ack`]
+    /// grew the window by it: `rtt` is the ACK's RTT sample, if it gave one
+    /// (timestamps give one per ACK; Karn's rule one per round, fewer than
+    /// N_RTT_SAMPLE, so that without timestamps slow start ends by loss as ever),
+    /// `ack` its SEG.ACK and `snd_nxt` where the next round ends.
+    pub(crate) fn hystart_on_ack(
+        &mut self,
+        ack: SeqNum,
+        snd_nxt: SeqNum,
+        rtt: Option<Duration>,
+        now: Time,
+    ) -> Option<HyStartEvent> {
+        let h = self.hystart()?;
+        let mut event = None;
+        if let Some(r) = rtt {
+            h.current_round_min_rtt = Some(h.current_round_min_rtt.map_or(r, |m| m.min(r)));
+            h.rtt_sample_count += 1;
+        }
+        if h.rtt_sample_count >= N_RTT_SAMPLE {
+            match (
+                h.css_baseline_min_rtt,
+                h.last_round_min_rtt,
+                h.current_round_min_rtt,
+            ) {
+                // In CSS, the delay fell back below the baseline: its increase was
+                // jitter, and slow start resumes, HyStart++ included.
+                (Some(base), _, Some(cur)) if cur < base => {
+                    h.css_baseline_min_rtt = None;
+                    h.css_rounds = 0;
+                }
+                // In slow start, the delay rose by RttThresh = lastRoundMinRTT / 8
+                // within [MIN_RTT_THRESH, MAX_RTT_THRESH]: a queue is building.
+                (None, Some(last), Some(cur)) => {
+                    let thresh = (last / MIN_RTT_DIVISOR).clamp(MIN_RTT_THRESH, MAX_RTT_THRESH);
+                    if cur >= last + thresh {
+                        h.css_baseline_min_rtt = Some(cur);
+                        h.css_rounds = 0;
+                        event = Some(HyStartEvent::CssEntered);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Rounds by sequence numbers: one ends when windowEnd is acknowledged,
+        // and the next one runs to SND.NXT.
+        let Some(end) = h.window_end else {
+            h.window_end = Some(snd_nxt);
+            return event;
+        };
+        if ack < end {
+            return event;
+        }
+        if h.css_baseline_min_rtt.is_some() {
+            h.css_rounds += 1;
+            if h.css_rounds >= CSS_ROUNDS {
+                self.enter_avoidance(now);
+                return Some(HyStartEvent::SlowStartExited);
+            }
+        }
+        h.window_end = Some(snd_nxt);
+        h.last_round_min_rtt = h.current_round_min_rtt.take();
+        h.rtt_sample_count = 0;
+        event
+    }
+
+    /// CSS_ROUNDS rounds of CSS are over: congestion avoidance with ssthresh =
+    /// cwnd (RFC 9406 §4.2). CUBIC starts its stage now: with no loss W_max is
+    /// undefined, so RFC 9438 §4.10 takes cwnd_prior = W_max = cwnd and K = 0.
+    fn enter_avoidance(&mut self, now: Time) {
+        self.ssthresh = self.cwnd;
+        if self.algorithm == Congestion::Cubic {
+            let cwnd = f64::from(self.cwnd) / f64::from(self.mss);
+            self.cubic.cwnd_prior = cwnd;
+            self.cubic.begin_epoch(cwnd, now);
+        }
     }
 
     /// Sending resumes after `idle` with nothing in flight. Time without sending
@@ -227,7 +385,7 @@ mod tests {
     use super::*;
 
     fn reno(mss: u32) -> CongestionControl {
-        CongestionControl::new(Congestion::NewReno, mss)
+        CongestionControl::new(Congestion::NewReno, mss, false)
     }
 
     #[test]
@@ -235,7 +393,7 @@ mod tests {
         assert_eq!(reno(536).window(), 4 * 536);
         assert_eq!(reno(1460).window(), 3 * 1460);
         assert_eq!(reno(4000).window(), 8000);
-        let mut c = CongestionControl::new(Congestion::Cubic, 1460);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1460, false);
         assert_eq!(c.window(), 3 * 1460);
         c.syn_lost();
         assert_eq!(c.window(), 1460);
@@ -283,7 +441,7 @@ mod tests {
     /// segment, a window per RTT, and returns (t, cwnd in segments) per RTT.
     fn cubic_after_loss(w_max: u32, rtt: Duration, rtts: u32) -> Vec<(f64, f64)> {
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
         c.cwnd = w_max * mss;
         c.ssthresh = 0;
         c.enter_recovery(w_max * mss, false);
@@ -305,7 +463,7 @@ mod tests {
 
     #[test]
     fn cubic_decrease_and_fast_convergence() {
-        let mut c = CongestionControl::new(Congestion::Cubic, 1000);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1000, false);
         c.cwnd = 100_000;
         c.enter_recovery(100_000, false);
         // §4.6: β = 0.7.
@@ -346,7 +504,7 @@ mod tests {
     fn cubic_idle_time_does_not_count() {
         let rtt = Duration::from_millis(100);
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
         c.cwnd = 100 * mss;
         c.enter_recovery(100 * mss, false);
         let t = Time::ZERO + Duration::from_secs(1);
@@ -370,5 +528,221 @@ mod tests {
         let (_, w) = trace[39];
         let w_est = 70.0 + CUBIC_ALPHA * 40.0;
         assert!((w - w_est).abs() < 1.5, "cwnd {w:.1}, W_est {w_est:.1}");
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A slow-starting sender for HyStart++: every ACK acknowledges a segment
+    /// (of 1000 bytes), and the window is refilled after it.
+    struct Rounds {
+        c: CongestionControl,
+        una: SeqNum,
+        nxt: SeqNum,
+        /// The SND.NXT that ends the current round, as HyStart++ keeps it.
+        round_end: SeqNum,
+        now: Time,
+        events: Vec<HyStartEvent>,
+    }
+
+    impl Rounds {
+        fn new(algorithm: Congestion) -> Rounds {
+            let c = CongestionControl::new(algorithm, 1000, true);
+            let nxt = SeqNum(c.window());
+            Rounds {
+                c,
+                una: SeqNum(0),
+                nxt,
+                round_end: nxt,
+                now: Time::ZERO,
+                events: vec![],
+            }
+        }
+
+        /// One round trip: the ACKs of what was in flight at its start, the
+        /// first `samples` of them with an RTT sample `rtt`.
+        fn round(&mut self, rtt: Duration, samples: u32) {
+            let end = self.round_end;
+            let mut i = 0;
+            while self.una < end {
+                self.una = self.una + 1000;
+                self.now = self.now + Duration::from_micros(100);
+                self.c.on_ack(1000, self.now, rtt);
+                let sample = (i < samples).then_some(rtt);
+                let event = self.c.hystart_on_ack(self.una, self.nxt, sample, self.now);
+                self.events.extend(event);
+                if self.una >= end {
+                    self.round_end = self.nxt;
+                }
+                self.nxt = self.una + self.c.window();
+                i += 1;
+            }
+        }
+
+        /// Segments acknowledged in the next round.
+        fn next_acks(&self) -> u32 {
+            self.round_end.distance_from(self.una).div_ceil(1000)
+        }
+    }
+
+    #[test]
+    fn hystart_keeps_slow_start_while_rtt_is_flat() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..8 {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(50), u32::MAX);
+            // Slow start: a segment per ACK, doubling per round.
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert!(r.c.window() >= 256 * 1000, "{}", r.c.window());
+        assert_eq!((r.events.len(), r.c.ssthresh()), (0, u32::MAX));
+    }
+
+    /// Three rounds at `base`, then one at `base + rise`: whether that round
+    /// entered CSS.
+    fn css_after_rise(base: Duration, rise: Duration) -> bool {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(base, u32::MAX);
+        }
+        r.round(base + rise, u32::MAX);
+        assert!(r.events.len() <= 1);
+        r.c.in_css()
+    }
+
+    #[test]
+    fn hystart_rtt_thresh_is_an_eighth_clamped_to_4_16_ms() {
+        // lastRoundMinRTT / 8 = 6.25 ms.
+        assert!(!css_after_rise(ms(50), Duration::from_micros(6_249)));
+        assert!(css_after_rise(ms(50), Duration::from_micros(6_250)));
+        // 10 ms / 8 is under MIN_RTT_THRESH.
+        assert!(!css_after_rise(ms(10), Duration::from_micros(3_999)));
+        assert!(css_after_rise(ms(10), ms(4)));
+        // 400 ms / 8 is over MAX_RTT_THRESH.
+        assert!(!css_after_rise(ms(400), Duration::from_micros(15_999)));
+        assert!(css_after_rise(ms(400), ms(16)));
+    }
+
+    #[test]
+    fn hystart_css_grows_by_a_quarter_then_avoidance_after_5_rounds() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        // 32 segments acknowledged in this round: CSS from the 8th sample on, a
+        // quarter segment per ACK after.
+        let (before, acks) = (r.c.window(), r.next_acks());
+        r.round(ms(60), u32::MAX);
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+        assert_eq!(r.c.window(), before + 8 * 1000 + (acks - 8) * 250);
+        // Three more rounds of CSS, whatever the RTT does above the baseline.
+        for rtt in [60, 70, 65] {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(rtt), u32::MAX);
+            assert_eq!(r.c.window(), before + acks * 250);
+            assert_eq!(r.c.ssthresh(), u32::MAX);
+        }
+        // The fifth ends it: congestion avoidance at ssthresh = cwnd.
+        r.round(ms(60), u32::MAX);
+        assert_eq!(
+            r.events,
+            [HyStartEvent::CssEntered, HyStartEvent::SlowStartExited]
+        );
+        assert!(!r.c.in_css());
+        let w = r.c.window();
+        assert_eq!(r.c.ssthresh(), w);
+        // Reno's congestion avoidance: about a segment per round.
+        let acks = r.next_acks();
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.window() - w <= 1000 * acks.div_ceil(w / 1000));
+        // Slow start is over for good: the RTT samples do nothing more.
+        r.round(ms(30), u32::MAX);
+        r.round(ms(90), u32::MAX);
+        assert_eq!(r.events.len(), 2);
+    }
+
+    #[test]
+    fn hystart_css_resumes_slow_start_when_rtt_falls_below_baseline() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.in_css());
+        // The rise was jitter: the next round's minimum falls under the 60 ms
+        // baseline, and after its 8th sample slow start grows a segment per ACK.
+        let (before, acks) = (r.c.window(), r.next_acks());
+        r.round(ms(59), u32::MAX);
+        assert!(!r.c.in_css());
+        assert_eq!(r.c.window(), before + 8 * 250 + (acks - 8) * 1000);
+        assert_eq!(r.c.ssthresh(), u32::MAX);
+        // HyStart++ goes on: another rise is another CSS.
+        r.round(ms(59), u32::MAX);
+        r.round(ms(70), u32::MAX);
+        assert!(r.c.in_css());
+        assert_eq!(r.events, [HyStartEvent::CssEntered; 2]);
+    }
+
+    #[test]
+    fn hystart_needs_8_samples_per_round() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        // Seven samples a round (Karn's one a round likewise) never suffice,
+        // however much the RTT rises.
+        for i in 0..10 {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(50 + 20 * i), 7);
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert!(r.events.is_empty());
+        // With an eighth the same rise counts.
+        r.round(ms(300), 8);
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+    }
+
+    #[test]
+    fn hystart_loss_in_css_ends_it_by_the_loss_response() {
+        let mut r = Rounds::new(Congestion::NewReno);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.in_css());
+        // A timeout: ssthresh as for any loss, then plain slow start up to it
+        // (RFC 9406 §4.3), a whole segment per ACK, no more HyStart++.
+        let flight = r.nxt.distance_from(r.una);
+        r.c.on_timeout(flight);
+        assert_eq!((r.c.window(), r.c.ssthresh()), (1000, flight / 2));
+        r.nxt = r.una + 1000;
+        r.round_end = r.nxt;
+        for rtt in [50, 70, 90] {
+            let (before, acks) = (r.c.window(), r.next_acks());
+            r.round(ms(rtt), u32::MAX);
+            assert_eq!(r.c.window(), before + acks * 1000);
+        }
+        assert_eq!(r.events, [HyStartEvent::CssEntered]);
+    }
+
+    #[test]
+    fn hystart_exit_starts_cubic_epoch_at_cwnd() {
+        let mut r = Rounds::new(Congestion::Cubic);
+        for _ in 0..3 {
+            r.round(ms(50), u32::MAX);
+        }
+        for _ in 0..5 {
+            r.round(ms(60), u32::MAX);
+        }
+        assert_eq!(r.events.last(), Some(&HyStartEvent::SlowStartExited));
+        // RFC 9438 §4.10: cwnd_prior = W_max = cwnd, K = 0, t from the exit.
+        let w = f64::from(r.c.window()) / 1000.0;
+        let c = &r.c.cubic;
+        assert_eq!(
+            (c.w_max, c.cwnd_prior, c.k, c.epoch),
+            (w, w, 0.0, Some(r.now))
+        );
+        // From the plateau CUBIC grows slowly at first: within 2 % in a round.
+        let before = r.c.window();
+        r.round(ms(60), u32::MAX);
+        assert!(r.c.window() > before && r.c.window() < before * 102 / 100);
     }
 }

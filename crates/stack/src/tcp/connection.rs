@@ -10,7 +10,7 @@ use exonet_wire::tcp::{
 };
 use exonet_wire::TcpRepr;
 
-use super::cc::{Congestion, CongestionControl};
+use super::cc::{Congestion, CongestionControl, HyStartEvent};
 use super::rack::Rack;
 use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
@@ -119,6 +119,13 @@ pub struct TcpConfig {
     /// the losses at the tail of a flight to SACK or NewReno recovery instead of
     /// leaving them to the retransmission timeout.
     pub tail_loss_probe: bool,
+    /// HyStart++ (RFC 9406): leave the initial slow start when the round-trip
+    /// time rises, a queue building at the bottleneck, through a few rounds of
+    /// Conservative Slow Start, rather than at the first loss of a window grown
+    /// past the path's capacity (see [`TcpStats::hystart_exits`]). It needs an
+    /// RTT sample per ACK, so timestamps ([`TcpConfig::timestamps`]): with Karn's
+    /// one sample per round trip slow start ends by loss as without it.
+    pub hystart: bool,
     /// RACK (RFC 8985 §6), where SACK is agreed: a segment is lost once one sent
     /// after it was delivered and a round trip plus a reordering window passed
     /// since it was sent, which finds lost retransmissions and losses that fewer
@@ -175,6 +182,7 @@ impl Default for TcpConfig {
             sack: true,
             header_prediction: true,
             tail_loss_probe: true,
+            hystart: true,
             rack: true,
         }
     }
@@ -257,6 +265,13 @@ pub struct TcpStats {
     /// arrived, or the timer expired with SACKed data or in recovery and found the
     /// holes (or retransmissions) below lost.
     pub tlp_recoveries: u64,
+    /// Entries into HyStart++'s Conservative Slow Start (RFC 9406 §4.2), the
+    /// RTT having risen in slow start; more than `hystart_exits` when the rise
+    /// proved jitter and slow start resumed, or a loss ended it.
+    pub css_entries: u64,
+    /// Slow starts that HyStart++ ended, after CSS, without a loss (ssthresh =
+    /// cwnd).
+    pub hystart_exits: u64,
     /// Segments RACK marked lost (RFC 8985 §6.2), retransmissions included.
     pub rack_losses: u64,
     /// Expiries of RACK's reordering timer (RFC 8985 §6.3).
@@ -650,7 +665,7 @@ impl Connection {
             time_wait_deadline: None,
             rst_pending: None,
             stats: TcpStats::default(),
-            cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS)),
+            cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS), config.hystart),
             dup_acks: 0,
             in_recovery: false,
             recover: iss,
@@ -778,7 +793,11 @@ impl Connection {
             mss = mss.saturating_sub(TS_OPTION_LEN as u16).max(MIN_MSS);
         }
         self.send_mss = usize::from(mss);
-        self.cc = CongestionControl::new(self.config.congestion, self.send_mss as u32);
+        self.cc = CongestionControl::new(
+            self.config.congestion,
+            self.send_mss as u32,
+            self.config.hystart,
+        );
     }
 
     /// The shift that lets the window field cover the whole receive buffer.
@@ -1140,7 +1159,8 @@ impl Connection {
         self.update_ts_recent(seg, now);
         if pure_ack {
             self.congestion_on_ack(seg, now);
-            self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+            let rtt = self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+            self.hystart_on_ack(seg.ack, rtt, now);
         }
         self.snd_wl1 = seg.seq;
         self.snd_wl2 = seg.ack;
@@ -1330,7 +1350,10 @@ impl Connection {
             self.congestion_on_ack(&seg, now);
         }
         if seg.ack > self.snd_una {
-            self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+            let rtt = self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
+            if !handshake {
+                self.hystart_on_ack(seg.ack, rtt, now);
+            }
         }
         // SND.UNA =< SEG.ACK here; update the window from the newest segment only.
         if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
@@ -1484,6 +1507,16 @@ impl Connection {
             }
             self.tlp = None;
             self.pto_deadline = None;
+        }
+    }
+
+    /// HyStart++ (RFC 9406 §4.2) takes the ACK's RTT sample after the window grew
+    /// by the ACK, and may end slow start.
+    fn hystart_on_ack(&mut self, ack: SeqNum, rtt: Option<Duration>, now: Time) {
+        match self.cc.hystart_on_ack(ack, self.snd_max, rtt, now) {
+            Some(HyStartEvent::CssEntered) => self.stats.css_entries += 1,
+            Some(HyStartEvent::SlowStartExited) => self.stats.hystart_exits += 1,
+            None => {}
         }
     }
 
@@ -1767,8 +1800,9 @@ impl Connection {
         self.fin_queued && self.snd_una == self.send_base + self.send_buf.len() as u32 + 1
     }
 
-    /// New data acknowledged: SND.UNA < SEG.ACK =< SND.MAX.
-    fn ack_advance(&mut self, ack: SeqNum, now: Time, tsecr: Option<u32>) {
+    /// New data acknowledged: SND.UNA < SEG.ACK =< SND.MAX. Returns the RTT sample
+    /// the ACK gave, if any.
+    fn ack_advance(&mut self, ack: SeqNum, now: Time, tsecr: Option<u32>) -> Option<Duration> {
         let flight = self.snd_max.distance_from(self.snd_una);
         self.snd_una = ack;
         let acked = (ack.distance_from(self.send_base) as usize).min(self.send_buf.len());
@@ -1789,17 +1823,21 @@ impl Connection {
             .filter(|_| self.ts_ok)
             .map(|e| self.ts_now(now).wrapping_sub(e))
             .filter(|&d| d as i32 >= 0);
+        let mut sample = None;
         if let Some(d) = ts_rtt {
             // RFC 7323 §4.2: ExpectedSamples = ceil(FlightSize / (SMSS × 2)).
             let expected = flight.div_ceil(2 * self.send_mss as u32);
-            self.rtt
-                .sample_weighted(Duration::from_millis(u64::from(d)), expected);
+            let r = Duration::from_millis(u64::from(d));
+            self.rtt.sample_weighted(r, expected);
             self.stats.ts_rtt_samples += 1;
             self.rtt_sample = None;
+            sample = Some(r);
         } else if let Some((end, sent)) = self.rtt_sample {
             if ack >= end {
-                self.rtt.sample(now.saturating_duration_since(sent));
+                let r = now.saturating_duration_since(sent);
+                self.rtt.sample(r);
                 self.rtt_sample = None;
+                sample = Some(r);
             }
         }
         self.retries = 0;
@@ -1808,6 +1846,7 @@ impl Connection {
         self.rtx_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
         // RFC 8985 §7.2: restarted by an ACK of new data.
         self.arm_pto(now);
+        sample
     }
 
     /// The probe timer expired (RFC 8985 §7.3), nothing acknowledged for 2·SRTT.

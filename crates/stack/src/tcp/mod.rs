@@ -18,14 +18,21 @@
 //! Performance: congestion control by [`TcpConfig::congestion`], RFC 5681 NewReno
 //! or CUBIC (RFC 9438, the default: W_cubic with C = 0.4 and β = 0.7, the
 //! Reno-friendly region, fast convergence), with slow start, fast retransmit and
-//! Limited Transmit (RFC 3042); SACK (RFC 2018, [`TcpConfig::sack`]): blocks for
-//! out-of-order data, newest first, and a scoreboard driving RFC 6675 loss recovery
-//! (IsLost, NextSeg, pipe; blocks outside SND.UNA..SND.MAX ignored), NewReno
-//! recovery (RFC 6582) without it; receive-buffer auto-tuning (Linux's dynamic
-//! right-sizing up to [`TcpConfig::recv_buffer_max`], the window scale chosen for
-//! that ceiling); and header prediction ([`TcpConfig::header_prediction`]), a short
-//! path for pure ACKs and in-order data in ESTABLISHED, checked against the general
-//! path by a property test.
+//! Limited Transmit (RFC 3042); HyStart++ (RFC 9406, [`TcpConfig::hystart`]): the
+//! initial slow start watches each round's minimum RTT (timestamps give a sample
+//! per ACK), and a rise by RttThresh (an eighth of the last round's, within 4–16
+//! ms) turns it into Conservative Slow Start at a quarter of the growth, back to
+//! slow start if the RTT falls below the baseline, or after five rounds into
+//! congestion avoidance at ssthresh = cwnd (for CUBIC, RFC 9438 §4.10's epoch with
+//! W_max = cwnd); later slow starts, after a timeout, are plain; SACK (RFC 2018,
+//! [`TcpConfig::sack`]): blocks for out-of-order data, newest first, and a
+//! scoreboard driving RFC 6675 loss recovery (IsLost, NextSeg, pipe; blocks outside
+//! SND.UNA..SND.MAX ignored), NewReno recovery (RFC 6582) without it;
+//! receive-buffer auto-tuning (Linux's dynamic right-sizing up to
+//! [`TcpConfig::recv_buffer_max`], the window scale chosen for that ceiling); and
+//! header prediction ([`TcpConfig::header_prediction`]), a short path for pure ACKs
+//! and in-order data in ESTABLISHED, checked against the general path by a property
+//! test.
 //!
 //! Tail Loss Probe (RFC 8985 §7, [`TcpConfig::tail_loss_probe`]): when no ACK came
 //! for PTO = 2·SRTT plus the peer's ACK delay (our own delayed-ACK bound, at least
@@ -54,12 +61,15 @@
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: sending D-SACKs (RFC 2883), HyStart, and sending from
-//! buffers in the endpoint's segment (the send buffer is private memory, so each
-//! transmission copies the data into a frame). The sockets over the multiplexer
-//! are in [`crate::socket`]. Of RFC 7323, a non-RST segment without timestamps on a
-//! connection that agreed to them is taken rather than dropped (§3.2's SHOULD;
-//! Linux takes it too), and a RST carries no timestamps (§3.2 allows either).
+//! Not yet: sending D-SACKs (RFC 2883), HyStart++ without timestamps (Karn's rule
+//! leaves fewer than its eight RTT samples per round) and its larger per-ACK
+//! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
+//! 3465's one segment), and sending from buffers in the endpoint's segment (the
+//! send buffer is private memory, so each transmission copies the data into a
+//! frame). The sockets over the multiplexer are in [`crate::socket`]. Of RFC 7323,
+//! a non-RST segment without timestamps on a connection that agreed to them is
+//! taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
+//! carries no timestamps (§3.2 allows either).
 
 mod cc;
 mod connection;

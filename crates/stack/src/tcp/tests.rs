@@ -46,6 +46,10 @@ struct Faults {
     spacing: Duration,
     /// Chance that a segment arrives with one bit flipped.
     corrupt: f64,
+    /// Segments waiting for the link (see `spacing`) beyond which a bottleneck
+    /// router drops arrivals (drop-tail), so that its queue, and the delay,
+    /// grows with what is in flight up to a loss; 0 for no limit.
+    queue: usize,
 }
 
 /// A segment as sent, for assertions.
@@ -113,6 +117,8 @@ struct Net {
     hold: Box<dyn FnMut(&Sent) -> Duration>,
     /// Segments dropped on arrival for a bad checksum.
     corrupted: usize,
+    /// Segments dropped by a full bottleneck queue (see [`Faults::queue`]).
+    queue_drops: usize,
     /// Whether each end has been in TIME-WAIT.
     time_waited: [bool; 2],
 }
@@ -134,6 +140,7 @@ impl Net {
             pass: Box::new(|_| true),
             hold: Box::new(|_| Duration::ZERO),
             corrupted: 0,
+            queue_drops: 0,
             time_waited: [false; 2],
         }
     }
@@ -302,6 +309,11 @@ impl Net {
             self.order += 1;
             let mut at = self.now + d;
             if self.faults.spacing > Duration::ZERO {
+                let queued = self.faults.spacing * self.faults.queue as u32;
+                if self.faults.queue > 0 && self.link_free[from] > at + queued {
+                    self.queue_drops += 1;
+                    continue;
+                }
                 at = at.max(self.link_free[from] + self.faults.spacing);
                 self.link_free[from] = at;
             }
@@ -505,6 +517,7 @@ fn lossy_network_delivers_intact() {
         jitter: ms(4),
         spacing: Duration::from_micros(12),
         corrupt: 0.0,
+        queue: 0,
     };
     let n = transfer(7, faults, [400_000, 200_000], fast_config(), fast_config());
     // Losses were repaired by sending again.
@@ -547,10 +560,20 @@ proptest! {
         sack in 0u8..4,
         rack: bool,
         cubic: bool,
+        hystart: bool,
         corrupt in 0.0f64..0.05,
     ) {
         let spacing = Duration::from_micros(spacing_us);
-        let faults = Faults { loss, dup, reorder, delay: ms(3), jitter: ms(2), spacing, corrupt };
+        let faults = Faults {
+            loss,
+            dup,
+            reorder,
+            delay: ms(3),
+            jitter: ms(2),
+            spacing,
+            corrupt,
+            queue: 0,
+        };
         let cfg = TcpConfig {
             nagle,
             mss,
@@ -561,6 +584,7 @@ proptest! {
             sack: sack & 1 != 0,
             rack,
             congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
+            hystart,
             // A quarter of segments lost with two-segment windows costs a timeout
             // per loss: backoff to a minute would outlast the hour allowed, and
             // seven tries may not get a SYN and its SYN-ACK through.
@@ -2889,7 +2913,7 @@ fn rack_and_without_it_long_lossy_reordering_transfers_arrive_intact() {
         delay: ms(10),
         jitter: ms(2),
         spacing: Duration::from_micros(12),
-        corrupt: 0.0,
+        ..Faults::default()
     };
     for seed in 60..64 {
         let mut timeouts = [0; 2];
@@ -2958,4 +2982,126 @@ fn rescue_retransmission_repairs_a_tail_loss_in_recovery() {
         "{st:?}"
     );
     assert_eq!(at(&n, 29), at(&n, 22) + ms(10));
+}
+
+/// A bulk transfer of 8 MB from end 0 through a bottleneck: 10 ms each way, a
+/// segment per 100 µs (a bandwidth-delay product of 200 segments) and a queue of
+/// `queue` segments; the receiver acknowledges every second segment, so that its
+/// ACKs do not queue. Returns the sender's counters at the first drop at the
+/// queue (or the end, if none), and the network after the whole transfer.
+fn through_bottleneck(congestion: Congestion, hystart: bool, queue: usize) -> (TcpStats, Net) {
+    let cfg = TcpConfig {
+        congestion,
+        hystart,
+        send_buffer: 8 << 20,
+        recv_buffer: 8 << 20,
+        recv_buffer_max: 8 << 20,
+        delayed_ack: Some(ms(1)),
+        ..fast_config()
+    };
+    let faults = Faults {
+        delay: ms(10),
+        spacing: Duration::from_micros(100),
+        queue,
+        ..Faults::default()
+    };
+    let size = 8 << 20;
+    let mut n = Net::client_server(11, faults, cfg.clone(), cfg);
+    n.apps[0].out = pattern(size, 0);
+    n.apps[1].read = true;
+    n.run_until(at(secs(60)), |n| {
+        n.queue_drops > 0 || n.apps[1].got.len() == size
+    });
+    let at_first_drop = n.conn(0).stats().clone();
+    (at_first_drop, transfer_with(n, [size, 0], 0))
+}
+
+/// [`through_bottleneck`] with and without HyStart++: the counters at the first
+/// drop with it, both networks after, and the counts compared for messages.
+fn bottleneck_with_and_without(
+    congestion: Congestion,
+    queue: usize,
+) -> (TcpStats, Net, Net, String) {
+    let (first_drop, with) = through_bottleneck(congestion, true, queue);
+    let (first_drop_off, without) = through_bottleneck(congestion, false, queue);
+    let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
+    // Without HyStart++ slow start ends by the loss.
+    assert_eq!((first_drop_off.css_entries, st_off.css_entries), (0, 0));
+    assert_eq!(st_off.hystart_exits, 0);
+    let counts = format!(
+        "{congestion:?}, a queue of {queue}: {} drops, {} retransmitted, {} timeouts; \
+         without HyStart++: {}, {}, {}",
+        with.queue_drops,
+        st.retransmitted,
+        st.timeouts,
+        without.queue_drops,
+        st_off.retransmitted,
+        st_off.timeouts
+    );
+    (first_drop, with, without, counts)
+}
+
+#[test]
+fn hystart_leaves_slow_start_before_the_queue_overflows() {
+    // A deep buffer (5 × BDP, 100 ms): slow start overshoots it by hundreds of
+    // segments, while the RTT rises long before.
+    for congestion in [Congestion::Cubic, Congestion::NewReno] {
+        let (first_drop, with, without, counts) = bottleneck_with_and_without(congestion, 1000);
+        let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
+        // Slow start ended by HyStart++ before anything was lost.
+        assert_eq!(first_drop.css_entries, 1, "{counts}");
+        assert_eq!(first_drop.hystart_exits, 1, "{counts}");
+        assert_eq!(first_drop.retransmitted, 0, "{counts}");
+        // Fewer losses, fewer segments sent again.
+        assert!(with.queue_drops * 10 < without.queue_drops, "{counts}");
+        assert!(st.retransmitted * 10 < st_off.retransmitted, "{counts}");
+        assert_eq!(st.timeouts, st_off.timeouts, "{counts}");
+    }
+}
+
+#[test]
+fn hystart_loss_in_css_still_fewer_losses() {
+    // A buffer of 2 × BDP: the RTT rises a round or two before the queue
+    // overflows, too late to leave CSS first; the loss ends it (RFC 9406 §4.2),
+    // but growing at a quarter of the rate meanwhile overflows it by less.
+    let (first_drop, with, without, counts) = bottleneck_with_and_without(Congestion::Cubic, 400);
+    let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
+    assert_eq!(
+        (first_drop.css_entries, first_drop.hystart_exits),
+        (1, 0),
+        "{counts}"
+    );
+    assert_eq!((st.css_entries, st.hystart_exits), (1, 0), "{counts}");
+    assert!(with.queue_drops * 2 < without.queue_drops, "{counts}");
+    assert!(st.retransmitted * 2 < st_off.retransmitted, "{counts}");
+}
+
+#[test]
+fn hystart_changes_nothing_while_rtt_is_flat() {
+    // Without a queue the RTT never rises: the same segments at the same times
+    // with HyStart++ as without.
+    let run = |hystart| {
+        let cfg = TcpConfig {
+            hystart,
+            ..fast_config()
+        };
+        let faults = Faults {
+            loss: 0.01,
+            delay: ms(10),
+            ..Faults::default()
+        };
+        let n = transfer(5, faults, [2_000_000, 50_000], cfg.clone(), cfg);
+        let log: Vec<_> = n
+            .log
+            .iter()
+            .map(|s| (s.at, s.from, s.seq, s.ack, s.len))
+            .collect();
+        (log, n.conn(0).stats().clone())
+    };
+    let (with, st) = run(true);
+    let (without, st_off) = run(false);
+    assert!(st.ts_rtt_samples > 100 && st.retransmitted > 0, "{st:?}");
+    assert_eq!(st.css_entries, 0);
+    assert_eq!(st, st_off);
+    assert!(with == without);
 }

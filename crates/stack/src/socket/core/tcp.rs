@@ -72,6 +72,9 @@ pub struct TcpSocketStats {
     pub fast_retransmits: u64,
     /// Segments RACK marked lost (RFC 8985 §6), over all connections so far.
     pub rack_losses: u64,
+    /// Slow starts ended by HyStart++ rather than a loss, over all connections so
+    /// far ([`crate::tcp::TcpStats::hystart_exits`]).
+    pub hystart_exits: u64,
 }
 
 /// A TCP socket: a listener or a connection.
@@ -247,6 +250,7 @@ impl Inner {
             s.timeouts += st.timeouts;
             s.fast_retransmits += st.fast_retransmits;
             s.rack_losses += st.rack_losses;
+            s.hystart_exits += st.hystart_exits;
         }
         s
     }
@@ -526,6 +530,7 @@ impl Inner {
             self.tcp.stats.timeouts += st.timeouts;
             self.tcp.stats.fast_retransmits += st.fast_retransmits;
             self.tcp.stats.rack_losses += st.rack_losses;
+            self.tcp.stats.hystart_exits += st.hystart_exits;
             if let Some(lid) = c.listener {
                 own_channel = false;
                 if let Some(l) = listener_in(&mut self.sockets, lid) {
