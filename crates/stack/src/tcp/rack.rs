@@ -62,16 +62,19 @@ pub(super) struct Rack {
     /// Capacity is kept across ACKs, so that recording a segment does not
     /// allocate once the window has been reached.
     records: VecDeque<Record>,
+    /// RACK.xmit_ts, RACK.end_seq, RACK.rtt; none until a delivery.
     latest: Option<Latest>,
     /// RACK.min_RTT, over the connection's life, from segments sent once.
     min_rtt: Option<Duration>,
     /// RACK.fack: the highest end of a delivered segment.
     fack: Option<SeqNum>,
+    /// RACK.reordering_seen: a segment sent once arrived below `fack`.
     reordering_seen: bool,
     /// RACK.dsack_round: SND.NXT when a D-SACK last grew the window.
     dsack_round: Option<SeqNum>,
     /// RACK.reo_wnd_mult less one.
     reo_wnd_grown: u32,
+    /// RACK.reo_wnd_persist: recoveries left before the window shrinks back.
     reo_wnd_persist: u32,
 }
 
