@@ -326,3 +326,85 @@ impl Rack {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_split_mark_and_count() {
+        let ms = Duration::from_millis;
+        // Across the wrap of the sequence space.
+        let s = |n: u32| SeqNum(u32::MAX - 120) + n;
+        let t0 = Time::ZERO + ms(1);
+        let mut rack = Rack::default();
+        for k in 0..3 {
+            rack.on_sent(s(100 * k), s(100 * k + 100), s(100 * k), t0);
+        }
+        assert_eq!(rack.pipe(), 300);
+        // Half of the second segment SACKed a round trip later: the record splits.
+        let t1 = t0 + ms(10);
+        rack.on_sack(s(100), s(150), t1);
+        assert_eq!(rack.records.len(), 4);
+        assert_eq!(rack.pipe(), 250);
+        // The first was sent with it, before it in sequence: lost once RACK.rtt
+        // and the window passed; the third, after it, is not.
+        let wnd = rack.reo_wnd(false, false, ms(10));
+        assert_eq!(wnd, ms(10) / 4);
+        assert_eq!(rack.detect_loss(t1, wnd), (0, false, Some(wnd)));
+        assert_eq!(rack.detect_loss(t1 + wnd, wnd), (1, true, None));
+        assert_eq!(rack.next_lost(), Some((s(0), 100)));
+        assert_eq!(rack.pipe(), 150);
+        // Half of it resent: in flight again, the rest still awaits resending.
+        let t2 = t1 + wnd;
+        rack.on_sent(s(0), s(50), s(300), t2);
+        assert_eq!(rack.next_lost(), Some((s(50), 50)));
+        assert_eq!(rack.pipe(), 200);
+        // That retransmission lost too once the rest of the segment, resent
+        // after it, arrives; and the third segment, sent long before that.
+        let t3 = t2 + ms(10);
+        rack.on_sent(s(50), s(100), s(300), t3);
+        rack.on_sack(s(50), s(100), t3 + ms(10));
+        assert!(rack.reo_wnd(true, false, ms(10)).is_zero());
+        assert_eq!(
+            rack.detect_loss(t3 + ms(10), Duration::ZERO),
+            (3, true, None)
+        );
+        assert_eq!(rack.next_lost(), Some((s(0), 50)));
+        assert_eq!(rack.pipe(), 0);
+        // The cumulative ACK drops what it covers, trimming a record it splits.
+        rack.on_ack(s(120), t3 + ms(20), None, 0);
+        rack.on_cumulative_ack(s(120));
+        assert_eq!(rack.records.front().map(|r| r.start), Some(s(120)));
+        assert_eq!(rack.next_lost(), Some((s(150), 50)));
+        // An RTO: all lost, nothing SACKed.
+        rack.on_rto();
+        assert_eq!(rack.next_lost(), Some((s(120), 30)));
+        assert_eq!(rack.pipe(), 0);
+    }
+
+    #[test]
+    fn reordering_and_dsack_set_the_window() {
+        let ms = Duration::from_millis;
+        let t0 = Time::ZERO;
+        let mut rack = Rack::default();
+        rack.on_sent(SeqNum(0), SeqNum(100), SeqNum(0), t0);
+        rack.on_sent(SeqNum(100), SeqNum(200), SeqNum(100), t0);
+        // Zero with DupThresh segments SACKed or in recovery, until reordering.
+        rack.on_sack(SeqNum(100), SeqNum(200), t0 + ms(8));
+        assert!(rack.reo_wnd(false, true, ms(10)).is_zero());
+        rack.on_ack(SeqNum(200), t0 + ms(9), None, 0);
+        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(2));
+        // A D-SACK per round trip adds min_RTT / 4, capped at SRTT.
+        rack.on_dsack(SeqNum(200), SeqNum(300));
+        rack.on_dsack(SeqNum(250), SeqNum(300));
+        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(4));
+        rack.on_dsack(SeqNum(300), SeqNum(400));
+        assert_eq!(rack.reo_wnd(true, true, ms(5)), ms(5));
+        // Back to one quarter after 16 recoveries without one.
+        for _ in 0..REO_WND_PERSIST {
+            rack.on_recovery_exit();
+        }
+        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(2));
+    }
+}
