@@ -2292,6 +2292,12 @@ impl Connection {
         let (n, end) = self.retransmit(buf, now, max, seq)?;
         self.stats.fast_retransmits += 1;
         self.high_rxt = self.high_rxt.max(end);
+        if self.rack_on() && seq == self.snd_una {
+            // SND.UNA resent gets a whole RTO (as Linux), lest the timer, run
+            // since the last ACK of new data, beat RACK's repair of this
+            // retransmission if it is lost: a round trip and more later.
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
         // The probe timer runs from the latest retransmission, so that on expiry
         // every retransmission had longer than a round trip to be acknowledged.
         self.arm_pto(now);

@@ -55,8 +55,10 @@
 //! sends none) for 16 recoveries, and zero in recovery or with DupThresh segments
 //! SACKed until reordering has been seen (§6.2 step 4). RACK's losses are RFC
 //! 6675's: they start recovery and are NextSeg's first choice, and pipe counts
-//! them out. This finds lost retransmissions, which RFC 6675 leaves to the RTO,
-//! and losses fewer than DupThresh segments show. Without RACK, DupThresh marks
+//! them out. This finds lost retransmissions, which RFC 6675 leaves to the RTO
+//! (a retransmission of SND.UNA restarts the RTO, as in Linux, so that the timer
+//! does not beat RACK to it), and losses fewer than DupThresh segments show.
+//! Without RACK, DupThresh marks
 //! the holes, the probe timer is the only stand-in for RACK's, and RFC 6675's
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
