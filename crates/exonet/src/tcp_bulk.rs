@@ -139,6 +139,7 @@ impl Moved {
             println!(
                 "{{\"role\":\"{role}\",\"peer\":\"{}\",\"bytes\":{},\"secs\":{:.6},\"gbps\":{gbps:.3},\
                  \"retransmitted\":{},\"timeouts\":{},\"fast_retransmits\":{},\
+                 \"rack_losses\":{},\"rack_timeouts\":{},\
                  \"css_entries\":{},\"hystart_exits\":{},\
                  \"segments_sent\":{},\"segments_received\":{},\"mss\":{}}}",
                 self.peer,
@@ -147,6 +148,8 @@ impl Moved {
                 s.retransmitted,
                 s.timeouts,
                 s.fast_retransmits,
+                s.rack_losses,
+                s.rack_timeouts,
                 s.css_entries,
                 s.hystart_exits,
                 s.segments_sent,
@@ -156,13 +159,14 @@ impl Moved {
         } else {
             println!(
                 "exonet tcp-bulk {role}: {}: {} bytes in {:.3} s, {gbps:.3} Gbit/s, \
-                 {} retransmitted ({} timeouts, {} fast retransmits){}",
+                 {} retransmitted ({} timeouts, {} fast retransmits, {} RACK losses){}",
                 self.peer,
                 self.bytes,
                 self.secs,
                 s.retransmitted,
                 s.timeouts,
                 s.fast_retransmits,
+                s.rack_losses,
                 if s.hystart_exits > 0 {
                     ", slow start left by HyStart++"
                 } else {

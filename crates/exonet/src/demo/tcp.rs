@@ -136,11 +136,12 @@ pub fn lossy_transfer(bytes: u64) -> Result<(), String> {
         got as f64 * 8.0 / secs / 1e9
     );
     println!(
-        "  sender: {} segments, {} sent again ({} fast retransmits, {} timeouts), \
-         HyStart++ exits {} (CSS entered {}), smoothed RTT {}",
+        "  sender: {} segments, {} sent again ({} fast retransmits, {} RACK losses, \
+         {} timeouts), HyStart++ exits {} (CSS entered {}), smoothed RTT {}",
         st.segments_sent,
         st.retransmitted,
         st.fast_retransmits,
+        st.rack_losses,
         st.timeouts,
         st.hystart_exits,
         st.css_entries,

@@ -11,6 +11,7 @@ use exonet_wire::tcp::{
 use exonet_wire::TcpRepr;
 
 use super::cc::{Congestion, CongestionControl, HyStartEvent};
+use super::rack::Rack;
 use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::seq::SeqNum;
@@ -131,6 +132,13 @@ pub struct TcpConfig {
     /// Linux's `tcp_syncookies = 1`. Off, such SYNs are dropped. Only a listener's
     /// setting counts.
     pub syn_cookies: bool,
+    /// RACK (RFC 8985 §6), where SACK is agreed: a segment is lost once one sent
+    /// after it was delivered and a round trip plus a reordering window passed
+    /// since it was sent, which finds lost retransmissions and losses that fewer
+    /// than three later segments show, and tolerates reordering within the window.
+    /// Off: RFC 6675's DupThresh marks holes lost, and the probe timer stands in
+    /// for RACK's ([`TcpConfig::tail_loss_probe`]).
+    pub rack: bool,
 }
 
 /// Keep-alive settings (RFC 1122 §4.2.3.6).
@@ -182,6 +190,7 @@ impl Default for TcpConfig {
             tail_loss_probe: true,
             hystart: true,
             syn_cookies: true,
+            rack: true,
         }
     }
 }
@@ -237,6 +246,9 @@ pub struct TcpStats {
     /// Retransmissions without a timeout: entering recovery, answering a partial
     /// ACK, or repairing a hole the SACK scoreboard shows (RFC 6675 NextSeg).
     pub fast_retransmits: u64,
+    /// Of those, rescue retransmissions (RFC 6675 §4 NextSeg rule (4)): the last
+    /// segment in recovery, once per recovery, when nothing else may go.
+    pub rescue_retransmits: u64,
     /// ACKs sent under the RFC 5961 §7 limit, and ones the limit suppressed.
     pub challenge_acks: u64,
     /// See `challenge_acks`.
@@ -267,6 +279,13 @@ pub struct TcpStats {
     /// Slow starts that HyStart++ ended, after CSS, without a loss (ssthresh =
     /// cwnd).
     pub hystart_exits: u64,
+    /// Segments RACK marked lost (RFC 8985 §6.2), retransmissions included.
+    pub rack_losses: u64,
+    /// Expiries of RACK's reordering timer (RFC 8985 §6.3).
+    pub rack_timeouts: u64,
+    /// D-SACK blocks received (RFC 2883 §4: a first block below SEG.ACK or within
+    /// the second), each a segment the peer got twice.
+    pub dsacks_received: u64,
 }
 
 /// A loss probe awaiting its ACK (RFC 8985 §7.3's TLP.end_seq and TLP.is_retrans).
@@ -380,8 +399,13 @@ pub(super) fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
 
 /// `a` is before `b` on the 32-bit timestamp circle (RFC 7323 §5.2, as sequence
 /// numbers compare).
-fn ts_before(a: u32, b: u32) -> bool {
+pub(super) fn ts_before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Our timestamp clock (RFC 7323 §5.4): milliseconds plus `offset`, modulo 2^32.
+pub(super) fn ts_clock(now: Time, offset: u32) -> u32 {
+    ((now.as_nanos() / 1_000_000) as u32).wrapping_add(offset)
 }
 
 /// Whether the peer's SYN offers SACK (RFC 2018 §2).
@@ -566,6 +590,8 @@ pub struct Connection {
     scoreboard: Vec<(SeqNum, SeqNum)>,
     /// RFC 6675's HighRxt, as the end of the highest retransmitted range.
     high_rxt: SeqNum,
+    /// RFC 6675's RescueRxt: `recover` when the rescue retransmission went.
+    rescue_rxt: Option<SeqNum>,
     /// The probe timer (RFC 8985 §7.2).
     pto_deadline: Option<Time>,
     /// The probe timer expired: the next segment is a probe (RFC 8985 §7.3).
@@ -576,6 +602,10 @@ pub struct Connection {
     /// probe that arrived, or before the probe timer expired (RFC 8985 §6.2's
     /// rule for what we time this way; see [`Connection::on_pto`]).
     tlp_lost_below: Option<SeqNum>,
+    /// RACK's records and variables (RFC 8985 §6), kept while [`Connection::rack_on`].
+    rack: Rack,
+    /// RACK's reordering timer (RFC 8985 §6.3).
+    rack_deadline: Option<Time>,
     /// Start of the current one-second window of challenge ACKs, and how many went.
     challenge_window: (Time, u32),
     /// When the peer was last heard from, for keep-alive.
@@ -660,10 +690,13 @@ impl Connection {
             rexmit_pending: false,
             scoreboard: Vec::new(),
             high_rxt: iss,
+            rescue_rxt: None,
             pto_deadline: None,
             tlp_pending: false,
             tlp: None,
             tlp_lost_below: None,
+            rack: Rack::default(),
+            rack_deadline: None,
             challenge_window: (Time::ZERO, 0),
             last_heard: Time::ZERO,
             keepalive_probes: 0,
@@ -767,7 +800,7 @@ impl Connection {
     /// Our timestamp clock at `now`: milliseconds (RFC 7323 §5.4 asks for a tick
     /// between 1 ms and 1 s) plus the connection's offset, modulo 2^32.
     pub(super) fn ts_now(&self, now: Time) -> u32 {
-        ((now.as_nanos() / 1_000_000) as u32).wrapping_add(self.ts_offset)
+        ts_clock(now, self.ts_offset)
     }
 
     /// TS.Recent is younger than 24 days (RFC 7323 §5.5); valid until first set.
@@ -997,6 +1030,7 @@ impl Connection {
         self.error = error;
         self.rtx_deadline = None;
         self.pto_deadline = None;
+        self.rack_deadline = None;
         self.ack_deadline = None;
         self.time_wait_deadline = None;
         self.ack_now = false;
@@ -1006,6 +1040,7 @@ impl Connection {
         self.state = TcpState::TimeWait;
         self.rtx_deadline = None;
         self.pto_deadline = None;
+        self.rack_deadline = None;
         self.time_wait_deadline = Some(now + 2 * self.config.msl);
     }
 
@@ -1014,6 +1049,7 @@ impl Connection {
         [
             self.rtx_deadline,
             self.pto_deadline,
+            self.rack_deadline,
             self.ack_deadline,
             self.time_wait_deadline,
             self.keepalive_deadline(),
@@ -1040,6 +1076,10 @@ impl Connection {
         if self.pto_deadline.is_some_and(|t| t <= now) {
             self.pto_deadline = None;
             self.on_pto(now);
+        }
+        if self.rack_deadline.is_some_and(|t| t <= now) {
+            self.rack_deadline = None;
+            self.on_rack_timer(now);
         }
         if let (Some(t), Some(ka)) = (self.keepalive_deadline(), self.config.keepalive) {
             if t <= now {
@@ -1109,6 +1149,8 @@ impl Connection {
         // RFC 2018 §8: the receiver may have reneged, so what it held counts for
         // nothing; blocks arriving from now on still spare resending (RFC 6675 §5.1).
         self.scoreboard.clear();
+        self.rack.on_rto();
+        self.rack_deadline = None;
         self.snd_nxt = self.snd_una;
         self.syn_retransmitted |= handshake;
         self.probe = self.snd_wnd == 0;
@@ -1440,7 +1482,12 @@ impl Connection {
     /// SND.WND take it in.
     fn congestion_on_ack(&mut self, seg: &Segment, now: Time) {
         let flight = self.snd_max.distance_from(self.snd_una);
-        let newly_sacked = self.take_sack_blocks(seg);
+        if self.rack_on() && seg.ack > self.snd_una {
+            let tsecr = seg.ts.map(|t| t.1);
+            self.rack.on_ack(seg.ack, now, tsecr, self.ts_offset);
+        }
+        let newly_sacked = self.take_sack_blocks(seg, now);
+        let rack_lost = self.rack_on() && self.rack_detect(now);
         if seg.ack > self.snd_una {
             let acked = seg.ack.distance_from(self.snd_una);
             self.dup_acks = 0;
@@ -1448,6 +1495,8 @@ impl Connection {
                 // RFC 8985 §7.4.2: the probe repaired a loss, a congestion event:
                 // cwnd reduced as on entering fast recovery.
                 self.cc.enter_recovery(flight, false);
+            } else if !self.in_recovery && rack_lost && seg.ack >= self.recover {
+                self.rack_enter_recovery(flight);
             } else if !self.in_recovery {
                 let srtt = self.rtt.srtt().unwrap_or_default();
                 self.cc.on_ack(acked, now, srtt);
@@ -1457,7 +1506,13 @@ impl Connection {
                 // Which ends the probe timer's episode in it (see `on_pto`).
                 self.tlp = None;
                 self.tlp_lost_below = None;
+                self.rack.on_recovery_exit();
                 self.cc.exit_recovery(flight - acked);
+                if rack_lost {
+                    // Lost beyond the recovery point: sent after recovery began,
+                    // a new loss event.
+                    self.rack_enter_recovery(flight - acked);
+                }
             } else if !self.sack_ok {
                 // RFC 6582 step 5: a partial ACK; the next hole is lost too. (With
                 // SACK the scoreboard says which holes are.)
@@ -1475,6 +1530,15 @@ impl Connection {
             && !seg.has(flags::SYN | flags::FIN)
             && self.peer_window(seg.window) == self.snd_wnd
             && (!self.sack_ok || newly_sacked > 0);
+        if self.rack_on() {
+            // RFC 8985 §6.2: RACK alone marks losses (DupThresh only through its
+            // reordering window); duplicate ACKs still drive Limited Transmit.
+            self.dup_acks += u32::from(duplicate);
+            if rack_lost && !self.in_recovery && self.snd_una >= self.recover {
+                self.rack_enter_recovery(flight);
+            }
+            return;
+        }
         if !duplicate {
             return;
         }
@@ -1545,18 +1609,39 @@ impl Connection {
         repaired
     }
 
-    /// Merges the segment's SACK blocks into the scoreboard and returns how many
-    /// bytes they newly cover. A block must lie within SND.UNA..SND.MAX: others are
-    /// stale (or D-SACK, RFC 2883) or forged, and ignored.
-    fn take_sack_blocks(&mut self, seg: &Segment) -> u32 {
+    /// Merges the segment's SACK blocks into the scoreboard (and RACK's records)
+    /// and returns how many bytes they newly cover. A block must lie within
+    /// SND.UNA..SND.MAX: others are stale or forged, and ignored, as is a D-SACK
+    /// (RFC 2883 §4: a first block below SEG.ACK or within the second), which
+    /// widens RACK's reordering window instead.
+    fn take_sack_blocks(&mut self, seg: &Segment, now: Time) -> u32 {
         let mut newly = 0;
-        for (l, r) in seg.sack.into_iter().flatten() {
+        let mut taken = [(SeqNum(0), SeqNum(0)); MAX_SACK_BLOCKS];
+        let mut count = 0;
+        let dsack = match seg.sack {
+            [Some((l, r)), second, ..] => {
+                let (l, r) = (SeqNum(l), SeqNum(r));
+                l < r
+                    && (r <= seg.ack
+                        || second.is_some_and(|(sl, sr)| SeqNum(sl) <= l && r <= SeqNum(sr)))
+            }
+            _ => false,
+        };
+        if dsack {
+            self.stats.dsacks_received += 1;
+            if self.rack_on() {
+                self.rack.on_dsack(self.snd_una, self.snd_max);
+            }
+        }
+        for (i, (l, r)) in seg.sack.into_iter().flatten().enumerate() {
             let (l, r) = (SeqNum(l), SeqNum(r));
-            if !(self.snd_una <= l && l < r && r <= self.snd_max) {
+            if (i == 0 && dsack) || !(self.snd_una <= l && l < r && r <= self.snd_max) {
                 self.stats.sack_blocks_ignored += 1;
                 continue;
             }
             self.stats.sack_blocks_received += 1;
+            taken[count] = (l, r);
+            count += 1;
             let before: u32 = self.sacked_bytes();
             // Take out every range touching [l, r) and put back their union.
             let (mut start, mut end) = (l, r);
@@ -1571,6 +1656,15 @@ impl Connection {
             let at = self.scoreboard.partition_point(|&(s, _)| s < start);
             self.scoreboard.insert(at, (start, end));
             newly += self.sacked_bytes() - before;
+        }
+        if self.rack_on() {
+            // In sequence order, for RACK's reordering detection (RFC 8985 §6.2
+            // step 3).
+            let taken = &mut taken[..count];
+            taken.sort_unstable_by_key(|b| b.0.diff(self.snd_una));
+            for &(l, r) in taken.iter() {
+                self.rack.on_sack(l, r, now);
+            }
         }
         newly
     }
@@ -1792,6 +1886,7 @@ impl Connection {
             r.0 = r.0.max(una);
             r.0 < r.1
         });
+        self.rack.on_cumulative_ack(una);
         // RFC 7323 §4.1: with timestamps every ACK of new data is a sample, even of a
         // retransmitted segment, since the echo names the copy that arrived (Karn's
         // ambiguity is gone). A TSecr ahead of our clock is no echo of ours.
@@ -1828,12 +1923,15 @@ impl Connection {
     /// The probe timer expired (RFC 8985 §7.3), nothing acknowledged for 2·SRTT.
     /// With nothing SACKed and not in recovery, a probe goes out, then the RTO
     /// waits behind it. Otherwise, where §7.2 arms no PTO because RACK (§6) would
-    /// find the losses, which is not here: every segment below the highest SACKed
-    /// byte was last sent more than a PTO ago, longer than RACK's RTT plus
-    /// reordering window (§6.2), and so is lost. Outside recovery that starts it
-    /// (once per window, RFC 6582 §3.2 step 2); in recovery the holes already
-    /// resent count as lost again (their retransmissions were), and NewReno resends
-    /// SND.UNA. Either way once per episode.
+    /// find the losses: every segment below the highest SACKed byte was last sent
+    /// more than a PTO ago, longer than RACK's RTT plus reordering window (§6.2),
+    /// and so is lost. Without RACK ([`TcpConfig::rack`]) this is its only
+    /// stand-in; with it, this catches what RACK cannot see, a retransmission with
+    /// nothing sent after it delivered (which §7.2 leaves to the RTO). Outside
+    /// recovery that starts it (once per window, RFC 6582 §3.2 step 2); in
+    /// recovery the holes already resent count as lost again (their
+    /// retransmissions were), and NewReno resends SND.UNA. Either way once per
+    /// episode.
     fn on_pto(&mut self, now: Time) {
         if !self.pto_allowed() {
             return;
@@ -1844,18 +1942,29 @@ impl Connection {
             return;
         }
         if !self.in_recovery {
-            if self.snd_una <= self.recover {
+            // As in `rack_enter_recovery`.
+            let past = if self.rack_on() {
+                self.snd_una >= self.recover
+            } else {
+                self.snd_una > self.recover
+            };
+            if !past {
                 return;
             }
             let flight = self.snd_max.distance_from(self.snd_una);
             self.in_recovery = true;
             self.recover = self.snd_max;
             self.cc.enter_recovery(flight, false);
+            self.high_rxt = self.snd_una;
         }
         self.stats.tlp_recoveries += 1;
-        self.high_rxt = self.snd_una;
-        self.rexmit_pending = !self.sack_ok || self.scoreboard.is_empty();
-        self.tlp_lost_below = self.scoreboard.last().map(|r| r.1);
+        if self.rack_on() {
+            self.rack.mark_lost_below_fack();
+        } else {
+            self.high_rxt = self.snd_una;
+            self.rexmit_pending = !self.sack_ok || self.scoreboard.is_empty();
+            self.tlp_lost_below = self.scoreboard.last().map(|r| r.1);
+        }
         self.tlp = Some(TlpEpisode {
             end: self.snd_max,
             retrans: false,
@@ -1906,6 +2015,55 @@ impl Connection {
             PTO_SLACK
         };
         self.pto_deadline = Some(now + (2 * srtt + ack_delay).min(self.rtt.rto()));
+    }
+
+    /// RACK runs: switched on and SACK agreed (RFC 8985 §6 needs SACK to tell
+    /// which segments were delivered).
+    fn rack_on(&self) -> bool {
+        self.config.rack && self.sack_ok
+    }
+
+    /// RACK_detect_loss (RFC 8985 §6.2 step 5) and the reordering timer (§6.3)
+    /// armed for the segments not yet due. True if a lost segment awaits
+    /// resending.
+    fn rack_detect(&mut self, now: Time) -> bool {
+        let dupthresh_sacked = self.sacked_bytes() > (DUP_THRESH - 1) * self.send_mss as u32;
+        let srtt = self.rtt.srtt().unwrap_or_default();
+        let reo_wnd = self.rack.reo_wnd(self.in_recovery, dupthresh_sacked, srtt);
+        let (newly, pending, timeout) = self.rack.detect_loss(now, reo_wnd);
+        self.stats.rack_losses += u64::from(newly);
+        self.rack_deadline = timeout.map(|t| now + t);
+        pending
+    }
+
+    /// Fast recovery begins when RACK marks a loss (RFC 8985 §6.2, RFC 6675 §5
+    /// (B)), once per window (RFC 6582 §3.2 step 2: the caller checks that
+    /// SND.UNA reached `recover`; unlike a duplicate ACK, RACK's verdict is on a
+    /// segment sent after the previous recovery began, so SND.UNA at `recover`
+    /// suffices). NextSeg then resends what RACK marked. A probe out was what
+    /// revealed the loss (§7.4).
+    fn rack_enter_recovery(&mut self, flight: u32) {
+        self.in_recovery = true;
+        self.recover = self.snd_max;
+        self.cc.enter_recovery(flight, false);
+        self.high_rxt = self.snd_una;
+        if self.tlp.take().is_some() {
+            self.stats.tlp_recoveries += 1;
+        }
+        self.pto_deadline = None;
+    }
+
+    /// RACK's reordering timer expired (RFC 8985 §6.3): the segments it waited
+    /// for are due now, and their loss may start recovery.
+    fn on_rack_timer(&mut self, now: Time) {
+        if !self.rack_on() || self.snd_una == self.snd_max {
+            return;
+        }
+        self.stats.rack_timeouts += 1;
+        if self.rack_detect(now) && !self.in_recovery && self.snd_una >= self.recover {
+            let flight = self.snd_max.distance_from(self.snd_una);
+            self.rack_enter_recovery(flight);
+        }
     }
 
     /// The window to advertise, capped by the buffer's free space.
@@ -2116,12 +2274,20 @@ impl Connection {
 
     /// RFC 6675 §5 (C): while cwnd − pipe allows a segment, NextSeg: a lost hole
     /// (rule 1), else new data (rule 2), else any hole below the highest SACKed
-    /// byte (rule 3). The rescue retransmission (rule 4) is left out: RFC 6675
-    /// makes it optional.
+    /// byte (rule 3), else the rescue retransmission (rule 4). With RACK, what it
+    /// marked lost is rule 1's, and pipe counts its losses (RFC 8985 §6.2 in
+    /// place of IsLost).
     fn sack_recovery_transmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
-        let free = self.cc.window().saturating_sub(self.pipe());
+        let rack = self.rack_on();
+        let pipe = if rack { self.rack.pipe() } else { self.pipe() };
+        let free = self.cc.window().saturating_sub(pipe);
         if free >= self.send_mss as u32 {
-            if let Some((seq, len)) = self.next_hole(false) {
+            let lost = if rack {
+                self.rack.next_lost()
+            } else {
+                self.next_hole(false)
+            };
+            if let Some((seq, len)) = lost {
                 return self.fast_retransmit(buf, now, room.min(len as usize), seq);
             }
             if let Some(n) = self.send_data(now, buf, room, room, free) {
@@ -2130,8 +2296,46 @@ impl Connection {
             if let Some((seq, len)) = self.next_hole(true) {
                 return self.fast_retransmit(buf, now, room.min(len as usize), seq);
             }
+            if let Some(n) = self.rescue_retransmit(now, buf, room) {
+                return Some(n);
+            }
         }
         self.pure_ack(now, buf)
+    }
+
+    /// RFC 6675 §4 NextSeg rule (4), the rescue retransmission: once per
+    /// recovery (until SND.UNA passes RescueRxt), the last segment beyond the
+    /// highest SACKed byte, whose loss nothing else would show before the RTO;
+    /// HighRxt stays. Narrower than the RFC's: only once everything queued has
+    /// been sent (with data waiting, rule (2) failed for the peer's window and
+    /// the tail is most likely still in flight: a rescue would be spurious), and
+    /// only that tail (the highest unSACKed byte of a hole, which the RFC allows
+    /// too, was resent already by rules (1) and (3)). Not with RACK: a
+    /// retransmission sent after the tail shows its loss a round trip later
+    /// (RFC 8985 §6.2), and a tail still in flight costs no spurious resend.
+    fn rescue_retransmit(&mut self, now: Time, buf: &mut [u8], room: usize) -> Option<usize> {
+        let used = self.rescue_rxt.is_some_and(|r| self.snd_una <= r);
+        if self.rack_on() || used || self.has_unsent() {
+            return None;
+        }
+        let tail = self.scoreboard.last().map_or(self.snd_una, |r| r.1);
+        if tail >= self.snd_max {
+            return None;
+        }
+        // A FIN goes again with the data before it (`retransmit`).
+        let data_end = self.send_base + self.send_buf.len() as u32;
+        let end = if self.snd_max < data_end {
+            self.snd_max
+        } else {
+            data_end
+        };
+        let seq = end - (room as u32).min(end.distance_from(tail));
+        let (n, _) = self.retransmit(buf, now, room, seq)?;
+        self.rescue_rxt = Some(self.recover);
+        self.stats.fast_retransmits += 1;
+        self.stats.rescue_retransmits += 1;
+        self.arm_pto(now);
+        Some(n)
     }
 
     /// Going back after a timeout, SND.NXT skips what the peer is known to hold
@@ -2159,6 +2363,12 @@ impl Connection {
         let (n, end) = self.retransmit(buf, now, max, seq)?;
         self.stats.fast_retransmits += 1;
         self.high_rxt = self.high_rxt.max(end);
+        if self.rack_on() && seq == self.snd_una {
+            // SND.UNA resent gets a whole RTO (as Linux), lest the timer, run
+            // since the last ACK of new data, beat RACK's repair of this
+            // retransmission if it is lost: a round trip and more later.
+            self.rtx_deadline = Some(now + self.rtt.rto());
+        }
         // The probe timer runs from the latest retransmission, so that on expiry
         // every retransmission had longer than a round trip to be acknowledged.
         self.arm_pto(now);
@@ -2196,7 +2406,11 @@ impl Connection {
             self.rtx_deadline = Some(now + self.rtt.rto());
         }
         let n = self.emit(buf, now, seq, f, offset..offset + len);
-        Some((n, seq + len as u32 + u32::from(fin)))
+        let end = seq + len as u32 + u32::from(fin);
+        if self.rack_on() {
+            self.rack.on_sent(seq, end, self.snd_max, now);
+        }
+        Some((n, end))
     }
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
@@ -2249,6 +2463,10 @@ impl Connection {
 
     /// Bookkeeping after sending `len` sequence numbers at SND.NXT.
     fn sent(&mut self, now: Time, len: u32) {
+        if self.rack_on() {
+            self.rack
+                .on_sent(self.snd_nxt, self.snd_nxt + len, self.snd_max, now);
+        }
         if self.snd_nxt < self.snd_max {
             self.stats.retransmitted += 1;
         } else if self.snd_una == self.snd_max {

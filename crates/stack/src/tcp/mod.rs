@@ -44,26 +44,43 @@
 //! for the losses below it, or whose full ACK repairs a single tail loss with
 //! cwnd reduced as for fast recovery (timestamps, in place of D-SACK, spare that
 //! when the original had arrived). Where §7.2 arms no probe and leaves the losses
-//! to RACK (SACKed data, recovery), the same timer stands in for RACK's: on expiry
-//! the holes below SACKed data, retransmissions included, count as lost. Without
-//! SACK the probe still draws a duplicate ACK for NewReno.
+//! to RACK (SACKed data, recovery), the same timer still runs: on expiry the holes
+//! below SACKed data, retransmissions included, count as lost. Without SACK the
+//! probe still draws a duplicate ACK for NewReno.
 //!
-//! Not yet: RFC 6675's optional rescue retransmission, RACK's time-based loss
-//! detection (RFC 8985 §6: per-segment send times, the reordering window, its
-//! timer), D-SACK (RFC 2883), HyStart++ without timestamps (Karn's rule leaves
-//! fewer than its eight RTT samples per round) and its larger per-ACK growth limit
-//! L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC 3465's one
-//! segment), and sending from buffers in the endpoint's segment (the send buffer is
-//! private memory, so each transmission copies the data into a frame). The sockets
-//! over the multiplexer are in [`crate::socket`]. Of RFC 7323, a non-RST segment
-//! without timestamps on a connection that agreed to them is taken rather than
-//! dropped (§3.2's SHOULD; Linux takes it too), and a RST carries no timestamps
-//! (§3.2 allows either).
+//! RACK (RFC 8985 §6, [`TcpConfig::rack`], with SACK): every transmitted range
+//! is recorded with its send time, in sequence order, trimmed by the cumulative
+//! ACK. A segment is lost once a segment sent after it was delivered and
+//! RACK.rtt plus the reordering window passed since it was sent; the reordering
+//! timer waits out the rest (§6.3). The window is min_RTT / 4 (min_RTT over the
+//! connection's life, from segments sent once), at most SRTT, widened by each
+//! round trip that brings a D-SACK (RFC 2883 §4, received only: our receiver
+//! sends none) for 16 recoveries, and zero in recovery or with DupThresh segments
+//! SACKed until reordering has been seen (§6.2 step 4). RACK's losses are RFC
+//! 6675's: they start recovery and are NextSeg's first choice, and pipe counts
+//! them out. This finds lost retransmissions, which RFC 6675 leaves to the RTO
+//! (a retransmission of SND.UNA restarts the RTO, as in Linux, so that the timer
+//! does not beat RACK to it), and losses fewer than DupThresh segments show.
+//! Without RACK, DupThresh marks
+//! the holes, the probe timer is the only stand-in for RACK's, and RFC 6675's
+//! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
+//! SACKed byte once per recovery when all data has been sent.
+//!
+//! Not yet: sending D-SACKs (RFC 2883), HyStart++ without timestamps (Karn's rule
+//! leaves fewer than its eight RTT samples per round) and its larger per-ACK
+//! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
+//! 3465's one segment), and sending from buffers in the endpoint's segment (the
+//! send buffer is private memory, so each transmission copies the data into a
+//! frame). The sockets over the multiplexer are in [`crate::socket`]. Of RFC 7323,
+//! a non-RST segment without timestamps on a connection that agreed to them is
+//! taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
+//! carries no timestamps (§3.2 allows either).
 
 mod cc;
 mod connection;
 mod cookie;
 mod isn;
+mod rack;
 mod recv;
 mod rtt;
 mod seq;

@@ -114,6 +114,9 @@ struct Net {
     link_free: [Time; 2],
     /// Returns false for segments the test drops on purpose.
     pass: Filter,
+    /// Extra time a segment takes past the link (after [`Faults::spacing`]), so
+    /// that later ones overtake it.
+    hold: Box<dyn FnMut(&Sent) -> Duration>,
     /// Segments dropped on arrival for a bad checksum.
     corrupted: usize,
     /// Segments dropped by a full bottleneck queue (see [`Faults::queue`]).
@@ -138,6 +141,7 @@ impl Net {
             log: Vec::new(),
             link_free: [Time::ZERO; 2],
             pass: Box::new(|_| true),
+            hold: Box::new(|_| Duration::ZERO),
             corrupted: 0,
             queue_drops: 0,
             time_waited: [false; 2],
@@ -298,6 +302,7 @@ impl Net {
         } else {
             1
         };
+        let hold = (self.hold)(&sent);
         for _ in 0..copies {
             let jitter = self.faults.jitter.as_nanos() as u64;
             let mut d = self.faults.delay + Duration::from_nanos(self.rng.below(jitter + 1));
@@ -315,6 +320,7 @@ impl Net {
                 at = at.max(self.link_free[from] + self.faults.spacing);
                 self.link_free[from] = at;
             }
+            at = at + hold;
             let mut bytes = bytes.clone();
             // Drawn only when asked for, so that other tests keep their sequences.
             if self.faults.corrupt > 0.0 && self.rng.chance(self.faults.corrupt) {
@@ -579,6 +585,7 @@ proptest! {
         window_scaling: bool,
         timestamps in 0u8..4,
         sack in 0u8..4,
+        rack: bool,
         cubic: bool,
         hystart: bool,
         corrupt in 0.0f64..0.05,
@@ -602,6 +609,7 @@ proptest! {
             window_scaling,
             timestamps: timestamps & 1 != 0,
             sack: sack & 1 != 0,
+            rack,
             congestion: if cubic { Congestion::Cubic } else { Congestion::NewReno },
             hystart,
             // A quarter of segments lost with two-segment windows costs a timeout
@@ -2276,14 +2284,16 @@ fn header_prediction_takes_most_segments_of_a_transfer() {
     ));
 }
 
-/// The four senders of the fault matrix: NewReno and CUBIC, SACK on and off.
+/// The six senders of the fault matrix: NewReno and CUBIC; without SACK, with
+/// SACK and RACK, with SACK alone.
 fn matrix_configs(base: TcpConfig) -> Vec<TcpConfig> {
     let mut out = vec![];
     for congestion in [Congestion::NewReno, Congestion::Cubic] {
-        for sack in [false, true] {
+        for (sack, rack) in [(false, false), (true, true), (true, false)] {
             out.push(TcpConfig {
                 congestion,
                 sack,
+                rack,
                 ..base.clone()
             });
         }
@@ -2462,6 +2472,7 @@ fn sack_resends_less_than_newreno_after_losses_in_one_window() {
     // `probe_timer_repairs_a_lost_retransmission` for the probe timer).
     let off = |cfg| TcpConfig {
         tail_loss_probe: false,
+        rack: false,
         ..cfg
     };
     let sack = burst_losses(off(TcpConfig::default()));
@@ -2481,7 +2492,13 @@ fn sack_resends_less_than_newreno_after_losses_in_one_window() {
 
 #[test]
 fn probe_timer_repairs_a_lost_retransmission() {
-    for cfg in [TcpConfig::default(), no_sack()] {
+    // RACK off: with it, RACK finds the lost retransmission first (see
+    // `rack_repairs_a_lost_retransmission_without_a_timeout`).
+    let sack = TcpConfig {
+        rack: false,
+        ..TcpConfig::default()
+    };
+    for cfg in [sack, no_sack()] {
         let n = burst_losses(cfg.clone());
         let st = n.conn(0).stats();
         // No ACK of new data for a PTO after the last retransmission: the one of
@@ -2705,7 +2722,7 @@ fn tail_loss_probe_answered_by_the_original_is_no_loss() {
 /// Timeouts of both ends, probes, and the time from the first data segment to
 /// the last, summed over transfers of 20 KB both ways with 1% loss each way on a
 /// 100 µs round trip: short flights, so many losses are at a tail.
-fn short_rtt_loss(tail_loss_probe: bool) -> (u64, u64, Duration) {
+fn short_rtt_loss(tail_loss_probe: bool, rack: bool) -> (u64, u64, Duration) {
     let faults = Faults {
         loss: 0.01,
         delay: Duration::from_micros(50),
@@ -2714,6 +2731,7 @@ fn short_rtt_loss(tail_loss_probe: bool) -> (u64, u64, Duration) {
     };
     let cfg = TcpConfig {
         tail_loss_probe,
+        rack,
         ..fast_config()
     };
     let (mut timeouts, mut probes, mut took) = (0, 0, Duration::ZERO);
@@ -2731,8 +2749,8 @@ fn short_rtt_loss(tail_loss_probe: bool) -> (u64, u64, Duration) {
 
 #[test]
 fn tail_loss_probe_saves_timeouts_on_a_short_lossy_path() {
-    let (with, probes, took_with) = short_rtt_loss(true);
-    let (without, none, took_without) = short_rtt_loss(false);
+    let (with, probes, took_with) = short_rtt_loss(true, false);
+    let (without, none, took_without) = short_rtt_loss(false, false);
     let counts = format!(
         "{with} timeouts, {probes} probes, {took_with:?}; without: {without}, {took_without:?}"
     );
@@ -2741,6 +2759,255 @@ fn tail_loss_probe_saves_timeouts_on_a_short_lossy_path() {
     assert!(with * 3 <= without, "{counts}");
     // Without the probe timer each of those waits 200 ms.
     assert!(took_with * 10 <= took_without, "{counts}");
+}
+
+#[test]
+fn rack_repairs_a_lost_retransmission_without_a_timeout() {
+    // `burst_losses`: five holes, and the first retransmission of 34 lost too.
+    // The probe timer off, so that only RACK can find it before the RTO.
+    let cfg = |rack| TcpConfig {
+        tail_loss_probe: false,
+        rack,
+        ..TcpConfig::default()
+    };
+    let rack = burst_losses(cfg(true));
+    let st = rack.conn(0).stats();
+    let mss = rack.conn(0).send_mss();
+    // The retransmissions of 36 and 38, sent after the lost one of 34, are
+    // SACKed: 34 is lost again (RFC 8985 §6.2) and goes a third time, within
+    // the round trip, no timeout.
+    assert_eq!((st.timeouts, st.tlp_recoveries), (0, 0), "{st:?}");
+    assert_eq!(st.rack_losses, 6, "{st:?}");
+    assert_eq!(st.fast_retransmits, 6);
+    assert_eq!(resent_bytes(&rack), 6 * mss);
+    let data = data_from_a(&rack);
+    assert!(data.last().unwrap().0.saturating_duration_since(data[0].0) < ms(200));
+    // Without RACK the same pattern waits for the RTO (at least a second).
+    let off = burst_losses(cfg(false));
+    let st = off.conn(0).stats();
+    assert_eq!((st.timeouts, st.rack_losses), (1, 0), "{st:?}");
+    let data = data_from_a(&off);
+    assert!(data.last().unwrap().0.saturating_duration_since(data[0].0) > secs(1));
+}
+
+/// End 0 sends 300 KB over the 10 ms round trip of [`established_pair`], its
+/// segments 10 µs apart on the link; segment 60 arrives 15 µs late (overtaken by
+/// the next one: reordering seen, nothing resent), segment 150 `late` late.
+/// With `dsack`, end 0 first gets an ACK with a D-SACK block (RFC 2883 §4: below
+/// the cumulative ACK).
+fn reordered(cfg: TcpConfig, late: Duration, dsack: bool) -> Net {
+    let mut n = established_pair(cfg.clone(), cfg);
+    if dsack {
+        let (una, seq, window) = (
+            last_from(&n, 1).ack,
+            last_from(&n, 0).ack,
+            last_from(&n, 1).window,
+        );
+        let mut opts = [0u8; 40];
+        let block = (una.wrapping_sub(100), una);
+        let sack = [
+            TcpOption::NoOp,
+            TcpOption::NoOp,
+            TcpOption::Sack([Some(block), None, None, None]),
+        ];
+        let len = write_options(&sack, &mut opts).unwrap();
+        let mut r = forged(1, seq, una, flags::ACK, &[]);
+        r.options = &opts[..len];
+        r.window = window;
+        let now = n.now;
+        n.conn_mut(0).handle_segment(&r, now);
+        assert_eq!(n.conn(0).stats().dsacks_received, 1);
+    }
+    n.faults.spacing = Duration::from_micros(10);
+    let first = last_from(&n, 0).seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let mut held = Vec::new();
+    n.hold = Box::new(move |s| {
+        let i = s.seq.wrapping_sub(first) / mss;
+        if s.from != 0 || s.len == 0 || held.contains(&i) {
+            return Duration::ZERO;
+        }
+        held.push(i);
+        match i {
+            60 => Duration::from_micros(15),
+            150 => late,
+            _ => Duration::ZERO,
+        }
+    });
+    n.apps[0].out = pattern(300_000, 0);
+    assert!(n.run_until(n.now + secs(60), |n| n.apps[1].got.len() == 300_000));
+    assert!(n.apps[1].got == n.apps[0].out);
+    n
+}
+
+#[test]
+fn rack_waits_out_reordering_within_its_window() {
+    // 1 ms late, under min_RTT / 4 = 2.5 ms: no retransmission with RACK, as
+    // reordering was seen before (RFC 8985 §6.2 step 4), though dozens of
+    // segments overtook it. The RACK timer was armed, and disarmed by the ACK.
+    let n = reordered(TcpConfig::default(), ms(1), false);
+    let st = n.conn(0).stats();
+    assert_eq!(
+        (
+            st.retransmitted,
+            st.rack_losses,
+            st.rack_timeouts,
+            st.timeouts
+        ),
+        (0, 0, 0, 0),
+        "{st:?}"
+    );
+    assert!(st.sack_blocks_received > 20, "{st:?}");
+    // DupThresh (RFC 6675) resends it at the third SACK.
+    let off = reordered(
+        TcpConfig {
+            rack: false,
+            ..TcpConfig::default()
+        },
+        ms(1),
+        false,
+    );
+    let st = off.conn(0).stats();
+    assert_eq!((st.retransmitted, st.fast_retransmits), (1, 1), "{st:?}");
+    // 5 ms late, beyond the window: lost to RACK, resent once.
+    let n = reordered(TcpConfig::default(), ms(5), false);
+    let st = n.conn(0).stats();
+    assert_eq!(
+        (st.retransmitted, st.rack_losses, st.timeouts),
+        (1, 1, 0),
+        "{st:?}"
+    );
+}
+
+#[test]
+fn rack_timer_finds_losses_fewer_than_dupthresh_segments_show() {
+    for timestamps in [true, false] {
+        let cfg = |rack, tail_loss_probe| TcpConfig {
+            timestamps,
+            rack,
+            tail_loss_probe,
+            ..fast_config()
+        };
+        // 26 and 27 of 30 lost: only 28 and 29 SACKed, too few for DupThresh.
+        let n = tail_losses(cfg(true, true), &[26, 27]);
+        let st = n.conn(0).stats();
+        assert_eq!(
+            (st.timeouts, st.tlp_probes, st.tlp_recoveries),
+            (0, 0, 0),
+            "{st:?}"
+        );
+        assert_eq!((st.rack_timeouts, st.rack_losses), (1, 2), "{st:?}");
+        assert_eq!(st.fast_retransmits, 2);
+        // The reordering timer: the ACK SACKing 29 came (5 ms after it was sent)
+        // a round trip after the flight left at one instant, so 26 and 27 were
+        // due RACK.reo_wnd = min_RTT / 4 later (§6.3).
+        let first = n.log.iter().find(|s| s.from == 0 && s.len > 0).unwrap().seq;
+        let mss = n.conn(0).send_mss() as u32;
+        let sack29 = n
+            .log
+            .iter()
+            .find(|s| s.from == 1 && s.sack[0].is_some_and(|b| b.1 == first.wrapping_add(30 * mss)))
+            .unwrap()
+            .at
+            + ms(5);
+        assert_eq!(
+            resent_at(&n, first.wrapping_add(26 * mss)),
+            sack29 + ms(10) / 4
+        );
+        // Without RACK the probe timer stands in, two round trips later; without
+        // either, the RTO.
+        let tlp = tail_losses(cfg(false, true), &[26, 27]);
+        let st = tlp.conn(0).stats();
+        assert_eq!(
+            (st.timeouts, st.tlp_recoveries, st.rack_timeouts),
+            (0, 1, 0)
+        );
+        assert!(resent_at(&tlp, first.wrapping_add(26 * mss)) >= sack29 + ms(20));
+        let neither = tail_losses(cfg(false, false), &[26, 27]);
+        assert_eq!(neither.conn(0).stats().timeouts, 1);
+    }
+}
+
+#[test]
+fn rack_and_without_it_long_lossy_reordering_transfers_arrive_intact() {
+    // A megabyte each way under loss, reordering past the window and
+    // duplication, RACK on and off: both streams intact, clean close.
+    let faults = Faults {
+        loss: 0.02,
+        dup: 0.01,
+        reorder: 0.05,
+        delay: ms(10),
+        jitter: ms(2),
+        spacing: Duration::from_micros(12),
+        ..Faults::default()
+    };
+    for seed in 60..64 {
+        let mut timeouts = [0; 2];
+        for (k, rack) in [true, false].into_iter().enumerate() {
+            let cfg = TcpConfig {
+                rack,
+                ..fast_config()
+            };
+            let n = transfer(seed, faults, [1 << 20, 1 << 20], cfg.clone(), cfg);
+            for i in 0..2 {
+                let st = n.conn(i).stats();
+                assert_eq!(st.rack_losses > 0, rack, "{st:?}");
+                timeouts[k] += st.timeouts;
+            }
+        }
+        assert!(timeouts[0] <= timeouts[1], "{timeouts:?}");
+    }
+}
+
+#[test]
+fn dsack_widens_the_reordering_window() {
+    // 4 ms late: beyond min_RTT / 4, within twice that, to which a D-SACK
+    // widens the window (RFC 8985 §6.2 step 4).
+    let plain = reordered(TcpConfig::default(), ms(4), false);
+    let st = plain.conn(0).stats();
+    assert_eq!((st.retransmitted, st.rack_losses), (1, 1), "{st:?}");
+    let widened = reordered(TcpConfig::default(), ms(4), true);
+    let st = widened.conn(0).stats();
+    assert_eq!((st.retransmitted, st.rack_losses), (0, 0), "{st:?}");
+    // The D-SACK block went into no scoreboard.
+    assert_eq!((st.sack_blocks_ignored, st.dsacks_received), (1, 1));
+}
+
+#[test]
+fn rescue_retransmission_repairs_a_tail_loss_in_recovery() {
+    // 22 and 29 lost in the last flight, the probe timer off: recovery for 22
+    // begins with 29 outstanding beyond the highest SACKed byte, no segment
+    // sent after it.
+    let cfg = |rack| TcpConfig {
+        rack,
+        tail_loss_probe: false,
+        ..fast_config()
+    };
+    let n = tail_losses(cfg(false), &[22, 29]);
+    let st = n.conn(0).stats();
+    // Rules (1)–(3) have nothing to send after 22: the rescue (RFC 6675 NextSeg
+    // rule (4)) resends 29 at once (without it, DupThresh never marks 29 and the
+    // RTO repairs it).
+    assert_eq!(
+        (st.timeouts, st.retransmitted, st.rescue_retransmits),
+        (0, 2, 1),
+        "{st:?}"
+    );
+    let first = n.log.iter().find(|s| s.from == 0 && s.len > 0).unwrap().seq;
+    let mss = n.conn(0).send_mss() as u32;
+    let at = |n: &Net, i: u32| resent_at(n, first.wrapping_add(i * mss));
+    assert_eq!(at(&n, 22), at(&n, 29));
+    // RACK needs no rescue: 22's retransmission, delivered, shows 29 lost a
+    // round trip later (RACK.reo_wnd is zero in recovery while no reordering
+    // was seen).
+    let n = tail_losses(cfg(true), &[22, 29]);
+    let st = n.conn(0).stats();
+    assert_eq!(
+        (st.timeouts, st.rescue_retransmits, st.rack_losses),
+        (0, 0, 2),
+        "{st:?}"
+    );
+    assert_eq!(at(&n, 29), at(&n, 22) + ms(10));
 }
 
 /// A bulk transfer of 8 MB from end 0 through a bottleneck: 10 ms each way, a
@@ -2964,4 +3231,52 @@ fn forged_acks_to_a_cookie_listener_make_nothing() {
         assert_eq!(sent.len(), 1);
         assert!(sent[0].has(flags::RST) && sent[0].seq == ack);
     }
+}
+
+/// End 0 sends 8 MB over a 100 ms round trip, a segment per 2 µs on the link;
+/// 0.5% of its data segments (retransmissions too) are dropped. Returns the
+/// network and how many were.
+fn random_data_losses(rack: bool) -> (Net, u64) {
+    let cfg = TcpConfig {
+        rack,
+        send_buffer: 16 << 20,
+        recv_buffer: 4 << 20,
+        ..fast_config()
+    };
+    let faults = Faults {
+        delay: ms(50),
+        spacing: Duration::from_micros(2),
+        ..Faults::default()
+    };
+    let mut n = Net::client_server(3, faults, cfg.clone(), cfg);
+    let mut rng = SplitMix64::new(9);
+    let dropped = std::rc::Rc::new(std::cell::Cell::new(0));
+    let count = dropped.clone();
+    n.pass = Box::new(move |s| {
+        let drop = s.from == 0 && s.len > 0 && rng.chance(0.005);
+        count.set(count.get() + u64::from(drop));
+        !drop
+    });
+    let n = transfer_with(n, [8 << 20, 0], 0);
+    let dropped = dropped.get();
+    (n, dropped)
+}
+
+#[test]
+fn rack_resends_exactly_the_lost_segments() {
+    // Without reordering RACK marks lost just what was dropped, lost
+    // retransmissions included, and nothing waits for the RTO.
+    let (n, dropped) = random_data_losses(true);
+    let st = n.conn(0).stats();
+    assert!(dropped > 20, "{dropped}");
+    assert_eq!(
+        (st.retransmitted, st.rack_losses, st.timeouts),
+        (dropped, dropped, 0),
+        "{dropped} dropped: {st:?}"
+    );
+    // Without RACK, a lost retransmission waits for the RTO.
+    let (n, dropped_off) = random_data_losses(false);
+    let st = n.conn(0).stats();
+    assert_eq!(dropped_off, dropped);
+    assert!(st.timeouts >= 1, "{st:?}");
 }

@@ -84,6 +84,8 @@ pub struct TcpSocketStats {
     pub timeouts: u64,
     /// Fast retransmits, over all connections so far.
     pub fast_retransmits: u64,
+    /// Segments RACK marked lost (RFC 8985 §6), over all connections so far.
+    pub rack_losses: u64,
     /// Slow starts ended by HyStart++ rather than a loss, over all connections so
     /// far ([`crate::tcp::TcpStats::hystart_exits`]).
     pub hystart_exits: u64,
@@ -264,6 +266,7 @@ impl Inner {
             s.retransmitted += st.retransmitted;
             s.timeouts += st.timeouts;
             s.fast_retransmits += st.fast_retransmits;
+            s.rack_losses += st.rack_losses;
             s.hystart_exits += st.hystart_exits;
         }
         s
@@ -544,6 +547,7 @@ impl Inner {
             self.tcp.stats.retransmitted += st.retransmitted;
             self.tcp.stats.timeouts += st.timeouts;
             self.tcp.stats.fast_retransmits += st.fast_retransmits;
+            self.tcp.stats.rack_losses += st.rack_losses;
             self.tcp.stats.hystart_exits += st.hystart_exits;
             if let Some(lid) = c.listener {
                 own_channel = false;
