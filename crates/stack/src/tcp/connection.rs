@@ -286,6 +286,9 @@ pub struct TcpStats {
     /// D-SACK blocks received (RFC 2883 §4: a first block below SEG.ACK or within
     /// the second), each a segment the peer got twice.
     pub dsacks_received: u64,
+    /// D-SACK blocks sent: data that arrived twice, reported to the peer
+    /// (RFC 2883 §4) so that its RACK widens its reordering window.
+    pub dsacks_sent: u64,
 }
 
 /// A loss probe awaiting its ACK (RFC 8985 §7.3's TLP.end_seq and TLP.is_retrans).
@@ -534,6 +537,9 @@ pub struct Connection {
     /// Stream offsets of the latest out-of-order arrivals, newest first: the SACK
     /// blocks we send are the runs holding them, in this order (RFC 2018 §4).
     sack_recent: VecDeque<u64>,
+    /// A duplicate to report as the first SACK block of the next ACK (RFC 2883
+    /// §4), once.
+    dsack: Option<(SeqNum, SeqNum)>,
     /// Bytes the application has read, for auto-tuning.
     app_read: u64,
     /// Start of the current auto-tuning round (about an RTT) and `app_read` then.
@@ -661,6 +667,7 @@ impl Connection {
             rcv_adv: SeqNum(0),
             recv: RecvBuffer::new(config.recv_buffer),
             sack_recent: VecDeque::new(),
+            dsack: None,
             app_read: 0,
             drs_mark: None,
             // Linux's tcp_init_buffer_space: the initial window, at most 10
@@ -1359,6 +1366,11 @@ impl Connection {
                     // gets RFC 5961 §4's challenge ACK.
                     self.challenge_ack(now);
                 } else {
+                    let end = seg.seq + seg.payload.len() as u32;
+                    if !seg.payload.is_empty() && end <= self.rcv_nxt {
+                        // Data we had: a spurious retransmission, or a copy.
+                        self.report_duplicate(seg.seq, end);
+                    }
                     self.ack_now = true;
                 }
                 if self.state == TcpState::TimeWait && seg.has(flags::FIN) {
@@ -1743,6 +1755,9 @@ impl Connection {
         let off = seg.seq.diff(self.rcv_nxt);
         let (off, data) = if off < 0 {
             let skip = (off.unsigned_abs() as usize).min(seg.payload.len());
+            if skip > 0 {
+                self.report_duplicate(seg.seq, seg.seq + skip as u32);
+            }
             (0, &seg.payload[skip..])
         } else {
             (off as usize, seg.payload)
@@ -1784,6 +1799,14 @@ impl Connection {
                 }
             }
             None => self.ack_now = true,
+        }
+    }
+
+    /// Data in `l..r` came again: reported by the next ACK's first SACK block (RFC
+    /// 2883 §4, a D-SACK; the first duplicate since the last ACK counts).
+    fn report_duplicate(&mut self, l: SeqNum, r: SeqNum) {
+        if self.sack_ok && self.dsack.is_none() {
+            self.dsack = Some((l, r));
         }
     }
 
@@ -2501,6 +2524,10 @@ impl Connection {
         let fit = if self.ts_ok { 3 } else { MAX_SACK_BLOCKS };
         let next = self.recv.offset();
         let mut count = 0;
+        if let Some((l, r)) = self.dsack {
+            blocks[0] = Some((l.0, r.0));
+            count = 1;
+        }
         for run in self
             .sack_recent
             .iter()
@@ -2627,6 +2654,9 @@ impl Connection {
             self.ack_deadline = None;
             self.unacked_segments = 0;
             self.last_ack_sent = self.rcv_nxt;
+            if self.dsack.take().is_some() {
+                self.stats.dsacks_sent += 1;
+            }
         }
         let repr = TcpRepr {
             src_port: self.local.port(),

@@ -3280,3 +3280,41 @@ fn rack_resends_exactly_the_lost_segments() {
     assert_eq!(dropped_off, dropped);
     assert!(st.timeouts >= 1, "{st:?}");
 }
+
+/// RFC 2883 §4: data that arrives twice is reported by the next ACK's first
+/// SACK block, below the cumulative ACK, once; the sender counts it as a
+/// D-SACK. Without SACK nothing is reported.
+#[test]
+fn duplicated_data_draws_dsacks() {
+    let faults = Faults {
+        dup: 0.05,
+        delay: ms(5),
+        spacing: Duration::from_micros(12),
+        ..Faults::default()
+    };
+    let n = transfer(21, faults, [300_000, 0], fast_config(), fast_config());
+    let (sender, receiver) = (n.conn(0).stats(), n.conn(1).stats());
+    assert!(receiver.dsacks_sent > 0, "{receiver:?}");
+    assert!(sender.dsacks_received >= receiver.dsacks_sent, "{sender:?}");
+    // Each D-SACK block names data below the ACK it rides on, data that end 0
+    // did send.
+    let dsacks: Vec<_> = n
+        .log
+        .iter()
+        .filter(|s| s.from == 1)
+        .filter_map(|s| s.sack[0].map(|b| (b, s.ack)))
+        .filter(|&((_, r), ack)| SeqNum(r) <= SeqNum(ack))
+        .collect();
+    assert_eq!(dsacks.len() as u64, receiver.dsacks_sent);
+    for ((l, r), _) in dsacks {
+        assert!(SeqNum(l) < SeqNum(r));
+        assert!(n.log.iter().any(|s| s.from == 0 && s.seq == l && s.len > 0));
+    }
+
+    let no_sack = TcpConfig {
+        sack: false,
+        ..fast_config()
+    };
+    let n = transfer(21, faults, [300_000, 0], no_sack.clone(), no_sack);
+    assert_eq!(n.conn(1).stats().dsacks_sent, 0);
+}
