@@ -274,6 +274,8 @@ fn http(procs: &mut Procs, sa: &Path, sb: &Path, stack: &Stack) {
         let log = log.lock().unwrap();
         log.iter().filter(|l| l.contains(port)).cloned().collect()
     };
+    // The server's log reaches the test through a reader thread: wait for it.
+    logged(&log, "\"HEAD /big.bin");
     let local = {
         // The three requests of that connection came from one port.
         let log = log.lock().unwrap();
