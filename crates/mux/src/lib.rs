@@ -531,12 +531,33 @@ struct Endpoint {
     /// Transmit descriptors are the rest of a chain too long: they are
     /// consumed, up to and including the next without [`Desc::MORE`].
     tx_skip: bool,
+    /// All the tx ring held was the start of a chain, this many descriptors,
+    /// whose end was not published: no work until more are, so that an
+    /// application cannot keep the multiplexer from sleeping with one.
+    tx_stalled: Option<u32>,
     /// Entries written on rx in this batch, published at its end.
     rx_pending: u32,
     /// Entries taken from free in this batch, given back at its end.
     free_taken: u32,
     /// Its handlers' fuel in this period.
     budget: Budget,
+}
+
+impl Endpoint {
+    /// Whether its tx ring holds work: anything but the same unfinished
+    /// chain as when it was last looked at ([`Endpoint::tx_stalled`]).
+    fn tx_ready(&mut self) -> bool {
+        if !self.ep.tx.has_pending() {
+            return false;
+        }
+        match self.tx_stalled {
+            Some(seen) if self.ep.tx.peek(MAX_PARTS as u32) == Ok(seen) => false,
+            _ => {
+                self.tx_stalled = None;
+                true
+            }
+        }
+    }
 }
 
 struct Channel {
@@ -689,6 +710,7 @@ impl Mux {
                 channels: Vec::new(),
                 stats: EndpointStats::default(),
                 tx_skip: false,
+                tx_stalled: None,
                 rx_pending: 0,
                 free_taken: 0,
                 budget: Budget::default(),
@@ -1166,8 +1188,7 @@ impl Mux {
         for e in self.endpoints.values() {
             e.ep.wake.announce_sleep();
         }
-        let ready =
-            self.link.prepare_sleep() || self.endpoints.values().any(|e| e.ep.tx.has_pending());
+        let ready = self.link.prepare_sleep() || self.endpoints.values_mut().any(|e| e.tx_ready());
         let r = if ready {
             Ok(true)
         } else {
@@ -1466,7 +1487,7 @@ impl Mux {
                 let Some(e) = self.endpoints.get_mut(&id) else {
                     continue;
                 };
-                if !e.ep.tx.has_pending() {
+                if !e.tx_ready() {
                     e.deficit = 0;
                     continue;
                 }
@@ -2084,6 +2105,7 @@ fn tx_turn(
             // The frame's end is not published yet (a whole chain always
             // fits in the peek): wait for it, as on an empty ring.
             e.deficit = 0;
+            e.tx_stalled = Some(avail);
             break;
         }
         // A cut frame with progress before it is read again from its start.

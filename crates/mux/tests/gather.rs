@@ -178,7 +178,14 @@ fn a_chain_published_in_two_steps_is_not_sent_half() {
     assert_eq!(fx.app.tx.outstanding(), 2, "nothing consumed");
     assert!(completions(&mut fx.app).is_empty());
     assert_eq!(fx.stats().tx_dropped(), 0);
+    // Half a chain is no work: the multiplexer would sleep rather than
+    // spin on it (its wait finds nothing ready).
+    assert!(!fx.mux.wait(std::time::Duration::from_millis(5)).unwrap());
     fx.push_raw(&[part(fx.bufs[0] + 300, 242, 0)]);
+    assert!(
+        fx.mux.wait(std::time::Duration::ZERO).unwrap(),
+        "the end is work"
+    );
     assert_eq!(fx.drain(), vec![frame]);
     assert_eq!(fx.app.tx.outstanding(), 0);
 }
