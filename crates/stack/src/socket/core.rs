@@ -994,9 +994,7 @@ impl Inner {
         l4: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
         let hold = self.sock(id).nonblocking;
-        let r = self.send_datagram(id, dst, proto, l4_len, hold, l4);
-        self.tx_blocked = matches!(r, Err(SendError::Full));
-        r
+        self.send_noting_full(id, dst, proto, l4_len, hold, l4)
     }
 
     /// As [`Inner::send`], but the datagram is held while the neighbour is
@@ -1010,7 +1008,21 @@ impl Inner {
         l4_len: usize,
         l4: impl FnOnce(&mut [u8]),
     ) -> Result<(), SendError> {
-        let r = self.send_datagram(id, dst, proto, l4_len, true, l4);
+        self.send_noting_full(id, dst, proto, l4_len, true, l4)
+    }
+
+    /// [`Inner::send_datagram`], noting whether it found the ring full (a
+    /// sleeping sender then waits for room).
+    fn send_noting_full(
+        &mut self,
+        id: usize,
+        dst: Ipv4Addr,
+        proto: u8,
+        l4_len: usize,
+        hold: bool,
+        l4: impl FnOnce(&mut [u8]),
+    ) -> Result<(), SendError> {
+        let r = self.send_datagram(id, dst, proto, l4_len, hold, l4);
         self.tx_blocked = matches!(r, Err(SendError::Full));
         r
     }

@@ -694,6 +694,20 @@ impl Inner {
             return;
         };
         let conn = conn.with_timestamp_offset(timestamp_offset(&self.tcp.key, local, remote));
+        let id = self.tcp_embryo(lid, channel, conn, send_buffer);
+        self.tcp_mark(id);
+    }
+
+    /// A new connection of listener `lid` in its SYN queue, on the listener's
+    /// `channel` (not routed by channel: found by its 4-tuple).
+    fn tcp_embryo(
+        &mut self,
+        lid: usize,
+        channel: u32,
+        conn: Connection,
+        send_buffer: usize,
+    ) -> usize {
+        let (local, remote) = (conn.local(), conn.remote());
         if let Some(l) = listener_in(&mut self.sockets, lid) {
             l.embryos += 1;
         }
@@ -704,10 +718,9 @@ impl Inner {
             Some(lid),
             send_buffer,
         ))));
-        // Not routed by channel: the channel is the listener's.
         let id = self.insert_socket(s);
         self.tcp.tuples.insert((local, remote), id);
-        self.tcp_mark(id);
+        id
     }
 
     /// Answers a SYN for listener `lid`, whose SYN queue is full, with a SYN
@@ -778,18 +791,7 @@ impl Inner {
             self.tcp.stats.accept_overflow += 1;
             return true;
         }
-        if let Some(l) = listener_in(&mut self.sockets, lid) {
-            l.embryos += 1;
-        }
-        let mut s = Sock::new(Kind::Tcp, channel, local);
-        s.peer = Some(remote);
-        s.tcp = Some(TcpSock::Conn(Box::new(Conn::new(
-            conn,
-            Some(lid),
-            send_buffer,
-        ))));
-        let id = self.insert_socket(s);
-        self.tcp.tuples.insert((local, remote), id);
+        let id = self.tcp_embryo(lid, channel, conn, send_buffer);
         // Synchronized already: through the SYN queue to the accept queue.
         self.tcp_promote(id, lid);
         self.tcp_mark(id);
