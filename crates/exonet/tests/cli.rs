@@ -107,6 +107,13 @@ fn demo_runs_and_engines_agree() {
     for counters in ["reassembled", "cksum drops", "echo replies", "frag bodies"] {
         assert!(text.contains(counters), "{text}");
     }
+    // The handlers' part: each check its own line says passed.
+    assert!(text.contains("3 runs, 3 out of fuel"), "{text}");
+    assert!(
+        text.contains("its UDP checksum verified in the same loop (checked)"),
+        "{text}"
+    );
+    assert!(text.contains("swapped (checked) and summed"), "{text}");
 }
 
 #[test]
