@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use exonet_shm::control::HandlerSpec;
+use exonet_shm::control::{Below, HandlerSpec};
 use exonet_stack::ipv4_rx::Ipv4Drop;
 use exonet_stack::{StackStats, UdpSocket};
 
@@ -35,6 +35,18 @@ pub struct UdpEchoArgs {
     /// Bytes of the segment to grant the handler as its window.
     #[arg(long, default_value_t = 0, requires = "handler")]
     window: usize,
+    /// Protocol layers the multiplexer runs below the handler: with `udp`
+    /// it checks the headers, the handler sees the payload (e.g.
+    /// crates/ash/handlers/udp_echo_payload.wat), and a datagram whose
+    /// checksum fails is dropped.
+    #[arg(long, value_enum, default_value_t = BelowArg::Nothing, requires = "handler")]
+    below: BelowArg,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum BelowArg {
+    Nothing,
+    Udp,
 }
 
 static DUMP: AtomicBool = AtomicBool::new(false);
@@ -72,9 +84,14 @@ fn serve(args: &UdpEchoArgs) -> io::Result<()> {
         let module = std::fs::read(path)
             .map_err(|e| io::Error::new(e.kind(), format!("handler {}: {e}", path.display())))?;
         let window = stack.window().map(|w| (w.offset(), w.len() as u32));
+        let below = match args.below {
+            BelowArg::Nothing => Below::Nothing,
+            BelowArg::Udp => Below::Udp,
+        };
         sock.install_handler(&HandlerSpec {
             module,
             window,
+            below,
             ..HandlerSpec::default()
         })?;
     }

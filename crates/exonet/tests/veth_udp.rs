@@ -3,7 +3,9 @@
 //! `ping`, `nc -u` and `socat` to `exonet udp-echo`; `exonet ping` to Linux
 //! (also fragmented); an 8000-byte datagram from scapy in fragments out
 //! of order; hostile input, after which the host still answers, the drops
-//! are counted and the library holds no memory.
+//! are counted and the library holds no memory; handlers in the
+//! multiplexer answering Linux, one with UDP below it dropping a bad
+//! checksum.
 
 mod common;
 
@@ -223,6 +225,51 @@ fn a_handler_answers_linux_over_afxdp() {
     let mux = stats(&rig.sock);
     assert_eq!(field(&mux, "channel", "handler_runs"), 3, "{mux:#?}");
     assert_eq!(field(&mux, "channel", "handler_sent"), 3, "{mux:#?}");
+    assert_eq!(field(&mux, "channel", "rx_consumed"), 3, "{mux:#?}");
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
+    assert_eq!(json_u64(&last, "answered"), Some(0), "{last}");
+    assert!(rig.daemon_alive());
+}
+
+/// A handler installed with UDP below it (`udp-echo --below udp`): Linux's
+/// nc is echoed by the handler, which sees only the payload; a datagram
+/// from scapy with a wrong UDP checksum is dropped by the multiplexer with
+/// the handler's reply, and counted.
+#[test]
+fn a_handler_with_udp_below_drops_bad_checksums_from_linux() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut rig = Rig::new("afxdp", "", 56);
+    let handler = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../ash/handlers/udp_echo_payload.wat")
+        .to_string_lossy()
+        .into_owned();
+    let (echo, mut out) = udp_echo(
+        &rig.sock,
+        &["--port", "7", "--handler", &handler, "--below", "udp"],
+    );
+    rig.procs.push(echo);
+    let nc = |i: u32| {
+        let nc = format!("printf below-{i} | nc -u -w 1 {} 7", rig.exo_ip);
+        text(&run(rig.linux("sh").args(["-c", &nc])).stdout)
+    };
+    assert_eq!(nc(0), "below-0");
+    // scapy's checksum field as given: wrong for this payload.
+    let bad = format!(
+        "from scapy.all import IP, UDP, send\n\
+         send(IP(dst='{}')/UDP(sport=40000, dport=7, chksum=0x1234)/b'corrupt', verbose=0)\n",
+        rig.exo_ip
+    );
+    run(rig.linux("/usr/bin/python3").args(["-c", &bad]));
+    until("the bad datagram is counted", || {
+        field(&stats(&rig.sock), "channel", "handler_dropped") == 1
+    });
+    assert_eq!(nc(1), "below-1");
+    let mux = stats(&rig.sock);
+    assert_eq!(field(&mux, "channel", "handler_runs"), 3, "{mux:#?}");
+    assert_eq!(field(&mux, "channel", "handler_sent"), 2, "{mux:#?}");
     assert_eq!(field(&mux, "channel", "rx_consumed"), 3, "{mux:#?}");
     let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
     assert_eq!(json_u64(&last, "answered"), Some(0), "{last}");
