@@ -1764,6 +1764,17 @@ impl Connection {
         };
         let gap_before = self.recv.has_gap();
         let at = self.recv.offset() + off as u64;
+        if off > 0
+            && !data.is_empty()
+            && self
+                .recv
+                .run_at(at)
+                .is_some_and(|(_, end)| at + data.len() as u64 <= end)
+        {
+            // Out-of-order data we hold already: a D-SACK, with the block that
+            // holds it second (RFC 2883 §4, example 5).
+            self.report_duplicate(seg.seq, seg.seq + data.len() as u32);
+        }
         let advanced = self.recv.write(off, data);
         self.rcv_nxt = self.rcv_nxt + advanced as u32;
         if advanced > 0 {

@@ -55,7 +55,8 @@
 //! timer waits out the rest (§6.3). The window is min_RTT / 4 (min_RTT over the
 //! connection's life, from segments sent once), at most SRTT, widened by each
 //! round trip that brings a D-SACK (RFC 2883 §4; our receiver reports data that
-//! arrives twice, below RCV.NXT, in the next ACK's first block) for 16 recoveries, and zero in recovery or with DupThresh segments
+//! arrives twice, below RCV.NXT or beyond a hole, in the next ACK's first block)
+//! for 16 recoveries, and zero in recovery or with DupThresh segments
 //! SACKed until reordering has been seen (§6.2 step 4). RACK's losses are RFC
 //! 6675's: they start recovery and are NextSeg's first choice, and pipe counts
 //! them out. This finds lost retransmissions, which RFC 6675 leaves to the RTO
@@ -66,7 +67,7 @@
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: D-SACKs for duplicates of out-of-order data, HyStart++ without timestamps (Karn's rule
+//! Not yet: HyStart++ without timestamps (Karn's rule
 //! leaves fewer than its eight RTT samples per round) and its larger per-ACK
 //! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
 //! 3465's one segment), and sending from buffers in the endpoint's segment (the

@@ -3296,17 +3296,26 @@ fn duplicated_data_draws_dsacks() {
     let (sender, receiver) = (n.conn(0).stats(), n.conn(1).stats());
     assert!(receiver.dsacks_sent > 0, "{receiver:?}");
     assert!(sender.dsacks_received >= receiver.dsacks_sent, "{sender:?}");
-    // Each D-SACK block names data below the ACK it rides on, data that end 0
-    // did send.
+    // Each D-SACK block (below the ACK it rides on, or inside the second
+    // block) names data that end 0 did send.
     let dsacks: Vec<_> = n
         .log
         .iter()
         .filter(|s| s.from == 1)
-        .filter_map(|s| s.sack[0].map(|b| (b, s.ack)))
-        .filter(|&((_, r), ack)| SeqNum(r) <= SeqNum(ack))
+        .filter_map(|s| match (s.sack[0], s.sack[1]) {
+            (Some((l, r)), second)
+                if SeqNum(r) <= SeqNum(s.ack)
+                    || second.is_some_and(|(sl, sr)| {
+                        SeqNum(sl) <= SeqNum(l) && SeqNum(r) <= SeqNum(sr)
+                    }) =>
+            {
+                Some((l, r))
+            }
+            _ => None,
+        })
         .collect();
     assert_eq!(dsacks.len() as u64, receiver.dsacks_sent);
-    for ((l, r), _) in dsacks {
+    for (l, r) in dsacks {
         assert!(SeqNum(l) < SeqNum(r));
         assert!(n.log.iter().any(|s| s.from == 0 && s.seq == l && s.len > 0));
     }
@@ -3317,4 +3326,33 @@ fn duplicated_data_draws_dsacks() {
     };
     let n = transfer(21, faults, [300_000, 0], no_sack.clone(), no_sack);
     assert_eq!(n.conn(1).stats().dsacks_sent, 0);
+}
+
+/// RFC 2883 §4 (example 5): a duplicate of data held beyond a hole is reported
+/// as the first SACK block, the block that holds it second; once.
+#[test]
+fn a_duplicate_beyond_a_hole_is_reported_before_its_block() {
+    let mut n = established_pair(fast_config(), fast_config());
+    let (rcv_nxt, snd_nxt) = b_view(&n);
+    let ahead = rcv_nxt.wrapping_add(1000);
+    let data = [7u8; 100];
+    let acks =
+        |sent: Vec<Sent>| -> Vec<Sent> { sent.into_iter().filter(|s| s.from == 1).collect() };
+    let first = acks(answer(
+        &mut n,
+        1,
+        &forged(0, ahead, snd_nxt, flags::ACK, &data),
+    ));
+    assert_eq!(first[0].sack[0], Some((ahead, ahead + 100)));
+    assert_eq!(first[0].sack[1], None);
+    let again = forged(0, ahead + 20, snd_nxt, flags::ACK, &data[..50]);
+    let second = acks(answer(&mut n, 1, &again));
+    assert_eq!(second[0].sack[0], Some((ahead + 20, ahead + 70)));
+    assert_eq!(second[0].sack[1], Some((ahead, ahead + 100)));
+    assert_eq!(n.conn(1).stats().dsacks_sent, 1);
+    // New data beyond the hole: a plain SACK again.
+    let more = forged(0, ahead + 100, snd_nxt, flags::ACK, &data);
+    let third = acks(answer(&mut n, 1, &more));
+    assert_eq!(third[0].sack[0], Some((ahead, ahead + 200)));
+    assert_eq!(n.conn(1).stats().dsacks_sent, 1);
 }
