@@ -123,8 +123,9 @@ pub struct TcpConfig {
     /// time rises, a queue building at the bottleneck, through a few rounds of
     /// Conservative Slow Start, rather than at the first loss of a window grown
     /// past the path's capacity (see [`TcpStats::hystart_exits`]). It needs an
-    /// RTT sample per ACK, so timestamps ([`TcpConfig::timestamps`]): with Karn's
-    /// one sample per round trip slow start ends by loss as without it.
+    /// RTT sample per ACK: from timestamps ([`TcpConfig::timestamps`]), or else
+    /// from RACK's send times ([`TcpConfig::rack`], with SACK); with Karn's one
+    /// sample per round trip alone slow start ends by loss as without it.
     pub hystart: bool,
     /// SYN cookies (RFC 4987 §3.6): a listener whose SYN queue is full answers a
     /// SYN with a SYN-ACK that keeps no state ([`super::syn_cookie_reply`]), and the
@@ -1596,6 +1597,11 @@ impl Connection {
     /// HyStart++ (RFC 9406 §4.2) takes the ACK's RTT sample after the window grew
     /// by the ACK, and may end slow start.
     fn hystart_on_ack(&mut self, ack: SeqNum, rtt: Option<Duration>, now: Time) {
+        // Without timestamps, Karn's rule leaves one sample per round trip,
+        // fewer than HyStart++ needs (RFC 9406 §4.2: N_RTT_SAMPLE); RACK's
+        // send times give one per ACK, from segments sent once.
+        let sample = self.rack.take_sample();
+        let rtt = if self.ts_ok { rtt } else { rtt.or(sample) };
         match self.cc.hystart_on_ack(ack, self.snd_max, rtt, now) {
             Some(HyStartEvent::CssEntered) => self.stats.css_entries += 1,
             Some(HyStartEvent::SlowStartExited) => self.stats.hystart_exits += 1,

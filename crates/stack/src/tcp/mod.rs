@@ -23,7 +23,7 @@
 //! Reno-friendly region, fast convergence), with slow start, fast retransmit and
 //! Limited Transmit (RFC 3042); HyStart++ (RFC 9406, [`TcpConfig::hystart`]): the
 //! initial slow start watches each round's minimum RTT (timestamps give a sample
-//! per ACK), and a rise by RttThresh (an eighth of the last round's, within 4–16
+//! per ACK; without them, RACK's send times of segments sent once), and a rise by RttThresh (an eighth of the last round's, within 4–16
 //! ms) turns it into Conservative Slow Start at a quarter of the growth, back to
 //! slow start if the RTT falls below the baseline, or after five rounds into
 //! congestion avoidance at ssthresh = cwnd (for CUBIC, RFC 9438 §4.10's epoch with
@@ -67,8 +67,8 @@
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: HyStart++ without timestamps (Karn's rule
-//! leaves fewer than its eight RTT samples per round) and its larger per-ACK
+//! Not yet: HyStart++ without timestamps and without SACK (RACK needs SACK; Karn's
+//! rule alone leaves fewer than its eight RTT samples per round), its larger per-ACK
 //! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
 //! 3465's one segment), and sending from buffers in the endpoint's segment (the
 //! send buffer is private memory, so each transmission copies the data into a

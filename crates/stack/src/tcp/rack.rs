@@ -76,6 +76,9 @@ pub(super) struct Rack {
     reo_wnd_grown: u32,
     /// RACK.reo_wnd_persist: recoveries left before the window shrinks back.
     reo_wnd_persist: u32,
+    /// The least RTT of the segments sent once that were delivered since
+    /// last taken ([`Rack::take_sample`]).
+    sample: Option<Duration>,
 }
 
 impl Rack {
@@ -177,6 +180,7 @@ impl Rack {
         } else {
             // Step 1, from the samples Karn's rule leaves unambiguous.
             self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
+            self.sample = Some(self.sample.map_or(rtt, |s| s.min(rtt)));
             // Step 3: delivered below the highest delivered, never resent.
             if self.fack.is_some_and(|f| r.end < f) {
                 self.reordering_seen = true;
@@ -195,6 +199,12 @@ impl Rack {
                 rtt,
             });
         }
+    }
+
+    /// An RTT sample from what was delivered since the last call: segments
+    /// sent once only (Karn's rule), the least of them.
+    pub(super) fn take_sample(&mut self) -> Option<Duration> {
+        self.sample.take()
     }
 
     /// A D-SACK (RFC 2883) arrived: RFC 8985 §6.2 step 4 widens the reordering

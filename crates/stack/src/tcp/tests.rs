@@ -3015,10 +3015,16 @@ fn rescue_retransmission_repairs_a_tail_loss_in_recovery() {
 /// `queue` segments; the receiver acknowledges every second segment, so that its
 /// ACKs do not queue. Returns the sender's counters at the first drop at the
 /// queue (or the end, if none), and the network after the whole transfer.
-fn through_bottleneck(congestion: Congestion, hystart: bool, queue: usize) -> (TcpStats, Net) {
+fn through_bottleneck(
+    congestion: Congestion,
+    hystart: bool,
+    queue: usize,
+    timestamps: bool,
+) -> (TcpStats, Net) {
     let cfg = TcpConfig {
         congestion,
         hystart,
+        timestamps,
         send_buffer: 8 << 20,
         recv_buffer: 8 << 20,
         recv_buffer_max: 8 << 20,
@@ -3048,8 +3054,8 @@ fn bottleneck_with_and_without(
     congestion: Congestion,
     queue: usize,
 ) -> (TcpStats, Net, Net, String) {
-    let (first_drop, with) = through_bottleneck(congestion, true, queue);
-    let (first_drop_off, without) = through_bottleneck(congestion, false, queue);
+    let (first_drop, with) = through_bottleneck(congestion, true, queue, true);
+    let (first_drop_off, without) = through_bottleneck(congestion, false, queue, true);
     let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
     // Without HyStart++ slow start ends by the loss.
     assert_eq!((first_drop_off.css_entries, st_off.css_entries), (0, 0));
@@ -3355,4 +3361,21 @@ fn a_duplicate_beyond_a_hole_is_reported_before_its_block() {
     let third = acks(answer(&mut n, 1, &more));
     assert_eq!(third[0].sack[0], Some((ahead, ahead + 200)));
     assert_eq!(n.conn(1).stats().dsacks_sent, 1);
+}
+
+/// Without timestamps, HyStart++ takes its per-ACK RTT samples from RACK's
+/// send times (segments sent once): it still leaves slow start before the
+/// queue overflows.
+#[test]
+fn hystart_without_timestamps_samples_rtt_from_rack() {
+    let (first_drop, with) = through_bottleneck(Congestion::Cubic, true, 1000, false);
+    let (_, without) = through_bottleneck(Congestion::Cubic, false, 1000, false);
+    assert!(!with.conn(0).timestamps());
+    let counts = format!(
+        "{} drops with HyStart++, {} without",
+        with.queue_drops, without.queue_drops
+    );
+    assert_eq!(first_drop.hystart_exits, 1, "{counts}");
+    assert_eq!(first_drop.retransmitted, 0, "{counts}");
+    assert!(with.queue_drops * 10 < without.queue_drops, "{counts}");
 }
