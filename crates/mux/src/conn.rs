@@ -137,14 +137,8 @@ pub(crate) enum Fate {
     Done,
     /// Abandoned: `<SEQ=SND.MAX><CTL=RST>` to the next hop.
     Reset { seq: u32, to: MacAddr },
-    /// In TIME-WAIT until `until`; answered with `<SEQ=seq><ACK=ack><CTL=ACK>`;
-    /// `ts`, the peer's last TSval, decides on a new incarnation (RFC 6191).
-    TimeWait {
-        until: Instant,
-        seq: u32,
-        ack: u32,
-        ts: Option<u32>,
-    },
+    /// In TIME-WAIT: to be held as [`Hold`] says.
+    TimeWait(Hold),
 }
 
 impl ConnTrack {
@@ -224,12 +218,12 @@ impl ConnTrack {
             Some((f, at)) if fin_acked && self.peer_fin_acked => {
                 let until = at + time_wait;
                 if self.closed_first && until > now {
-                    Fate::TimeWait {
-                        until,
+                    Fate::TimeWait(Hold {
                         seq: self.snd_max,
                         ack: f.wrapping_add(1),
                         ts: self.peer_ts,
-                    }
+                        until,
+                    })
                 } else {
                     Fate::Done
                 }
@@ -256,23 +250,19 @@ pub(crate) struct Tuple {
 /// multiplexer's own.
 struct Held {
     tuple: Tuple,
-    /// SND.MAX and RCV.NXT, for the ACKs it answers with.
-    seq: u32,
-    ack: u32,
-    /// The peer's last TSval.
-    ts: Option<u32>,
-    until: Instant,
+    hold: Hold,
     /// Tie-breaker among equal deadlines, in order of holding.
     order: u64,
 }
 
-/// What a hold answers with and decides by, and how long it lasts.
-#[derive(Clone, Copy, Debug)]
+/// A connection in TIME-WAIT until `until`, answering with
+/// `<SEQ=seq><ACK=ack><CTL=ACK>`; `ts`, the peer's last TSval, decides on a
+/// new incarnation (RFC 6191).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hold {
     /// SND.MAX and RCV.NXT of the old connection.
     pub seq: u32,
     pub ack: u32,
-    /// The peer's last TSval.
     pub ts: Option<u32>,
     pub until: Instant,
 }
@@ -324,22 +314,13 @@ impl TimeWaits {
 
     /// Holds `t` by `filter` until `until`. The caller made room.
     pub fn insert(&mut self, filter: u32, t: Tuple, hold: Hold) {
-        let Hold {
-            seq,
-            ack,
-            ts,
-            until,
-        } = hold;
         let order = self.order;
         self.order += 1;
-        self.by_deadline.insert((until, order), filter);
+        self.by_deadline.insert((hold.until, order), filter);
         self.by_tuple.insert(t, filter);
         let h = Held {
             tuple: t,
-            seq,
-            ack,
-            ts,
-            until,
+            hold,
             order,
         };
         self.held.insert(filter, h);
@@ -347,7 +328,7 @@ impl TimeWaits {
 
     fn remove(&mut self, filter: u32) -> Option<(u32, Tuple)> {
         let h = self.held.remove(&filter)?;
-        self.by_deadline.remove(&(h.until, h.order));
+        self.by_deadline.remove(&(h.hold.until, h.order));
         self.by_tuple.remove(&h.tuple);
         Some((filter, h.tuple))
     }
@@ -417,10 +398,10 @@ impl TimeWaits {
         let h = self.held.get(&filter)?;
         let tcp = checked_tcp(frame)?;
         let syn_only = tcp.flags() & (flags::SYN | flags::ACK | flags::RST) == flags::SYN;
-        let newer = match (tcp.timestamps(), h.ts) {
+        let newer = match (tcp.timestamps(), h.hold.ts) {
             (Some((tsval, _)), Some(last)) => after(tsval, last),
             // At or after RCV.NXT of the old one.
-            _ => tcp.seq_number() == h.ack || after(tcp.seq_number(), h.ack),
+            _ => tcp.seq_number() == h.hold.ack || after(tcp.seq_number(), h.hold.ack),
         };
         if !(syn_only && newer) {
             return None;
@@ -450,16 +431,16 @@ impl TimeWaits {
             len: tcp.payload().len() as u32,
             tsval: None,
         };
-        if s.has(flags::FIN) && s.fin_seq().wrapping_add(1) == h.ack {
-            self.by_deadline.remove(&(h.until, h.order));
-            h.until = now + time_wait;
-            self.by_deadline.insert((h.until, h.order), filter);
+        if s.has(flags::FIN) && s.fin_seq().wrapping_add(1) == h.hold.ack {
+            self.by_deadline.remove(&(h.hold.until, h.order));
+            h.hold.until = now + time_wait;
+            self.by_deadline.insert((h.hold.until, h.order), filter);
         }
         Some(Answer::Ack {
             to,
             tuple: h.tuple,
-            seq: h.seq,
-            ack: h.ack,
+            seq: h.hold.seq,
+            ack: h.hold.ack,
         })
     }
 }
@@ -571,12 +552,12 @@ mod tests {
         // The FIN not yet acknowledged by us: still abandoned.
         assert!(matches!(c.fate(t0, TW), Fate::Reset { .. }));
         c.on_sent(&out(flags::ACK, 1002, 5002, &[]));
-        let want = Fate::TimeWait {
-            until: t0 + TW,
+        let want = Fate::TimeWait(Hold {
             seq: 1002,
             ack: 5002,
             ts: None,
-        };
+            until: t0 + TW,
+        });
         assert_eq!(c.fate(t0, TW), want);
         assert_eq!(c.fate(t0 + TW, TW), Fate::Done);
         // Passive close: the peer's FIN first; LAST-ACK then CLOSED.

@@ -27,9 +27,10 @@
 //! [`Desc::MORE`]), the copy is checked against the channel's template (and
 //! the channel against the endpoint), and only then sent. The buffer goes
 //! back on the completion ring, flagged [`Desc::REJECTED`] when the frame
-//! was not sent; a chain gets one completion ([`Desc::CHAIN`]). Fragments an application sends are held to the template of
-//! their datagram's head, which must go first, and get an identification
-//! the multiplexer allocates (the `ident` module).
+//! was not sent; a chain gets one completion ([`Desc::CHAIN`]). Fragments
+//! an application sends are held to the template of their datagram's head,
+//! which must go first, and get an identification the multiplexer
+//! allocates (the `ident` module).
 //!
 //! Every nanosecond spent on an endpoint's behalf (delivery, handler,
 //! transmit) and an even share of each batch's classification is charged
@@ -772,21 +773,7 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait {
-                until,
-                seq,
-                ack,
-                ts,
-            } => self.hold_time_wait(
-                &spec,
-                t,
-                Hold {
-                    seq,
-                    ack,
-                    ts,
-                    until,
-                },
-            ),
+            Fate::TimeWait(hold) => self.hold_time_wait(&spec, t, hold),
         }
     }
 
