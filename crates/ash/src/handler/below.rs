@@ -141,35 +141,21 @@ impl UdpAccount {
         } else {
             let mut at = 0;
             for (r, sum) in &self.parts {
-                acc = add(
-                    acc,
-                    placed(builtins::checksum_accumulate(0, &payload[at..r.start]), at),
-                );
-                acc = add(acc, placed(*sum, r.start));
+                let gap = builtins::checksum_accumulate(0, &payload[at..r.start]);
+                acc = builtins::add_carry(acc, placed(gap, at));
+                acc = builtins::add_carry(acc, placed(*sum, r.start));
                 at = r.end;
             }
-            acc = add(
-                acc,
-                placed(builtins::checksum_accumulate(0, &payload[at..]), at),
-            );
+            let rest = builtins::checksum_accumulate(0, &payload[at..]);
+            acc = builtins::add_carry(acc, placed(rest, at));
         }
         builtins::fold_checksum(acc) == 0
     }
 }
 
-/// An accumulator folded to 16 bits (one's complement), byte-swapped if
-/// its bytes start at an odd offset.
+/// An accumulator folded to 16 bits, byte-swapped if its bytes start at an
+/// odd offset.
 fn placed(acc: u64, at: usize) -> u64 {
-    let mut s = (acc >> 32) + (acc & 0xffff_ffff);
-    while s > 0xffff {
-        s = (s >> 16) + (s & 0xffff);
-    }
-    let s = s as u16;
+    let s = builtins::fold16(acc);
     u64::from(if at % 2 == 1 { s.swap_bytes() } else { s })
-}
-
-/// One's complement addition (end-around carry).
-fn add(a: u64, b: u64) -> u64 {
-    let (s, carry) = a.overflowing_add(b);
-    s + u64::from(carry)
 }

@@ -355,9 +355,12 @@ fn consume_window(mut c: Caller<'_, Host>, dst: i32, n: i32, pl: i32) -> Res<i32
         Some(t) => {
             // A pipe list that panics (on a length it did not expect, say)
             // aborts the handler rather than unwinding into the multiplexer.
-            let moved = panic::catch_unwind(AssertUnwindSafe(|| w.transfer(off, src, t.as_mut())))
-                .map_err(|_| misuse(format!("consume_window: pipe list {pl} failed")))?;
+            let moved = panic::catch_unwind(AssertUnwindSafe(|| w.transfer(off, src, t.as_mut())));
+            // Taken even from a failed transfer, so that no sum is left for
+            // the next message.
             let sum = t.take_checksum();
+            let moved =
+                moved.map_err(|_| misuse(format!("consume_window: pipe list {pl} failed")))?;
             (moved, CALL_FUEL.saturating_add(t.cost(len)), sum)
         }
     };

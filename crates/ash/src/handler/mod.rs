@@ -599,13 +599,7 @@ impl Handler {
         // The message: the whole frame, or what the layers below pass up.
         let message = match host.udp.as_mut().map(|u| u.start(frame)) {
             None => frame,
-            Some(below::Datagram::Payload(r)) => {
-                // Sums left by an invocation that aborted mid-transfer.
-                for t in host.transfers.iter_mut() {
-                    t.take_checksum();
-                }
-                &frame[r]
-            }
+            Some(below::Datagram::Payload(r)) => &frame[r],
             Some(below::Datagram::Refused(d)) => {
                 let outcome = match d {
                     Disposition::Deliver => Outcome::Deliver,

@@ -63,14 +63,23 @@ pub fn checksum_accumulate(acc: u64, bytes: &[u8]) -> u64 {
 /// `fold_checksum(acc).to_be_bytes()`). Over data that includes a correct
 /// checksum field it is 0.
 pub fn fold_checksum(acc: u64) -> u16 {
+    // The sum of little-endian words is the byte-swapped sum of
+    // big-endian ones (RFC 1071 §2(B)).
+    !fold16(acc).swap_bytes()
+}
+
+/// An accumulator folded to its 16-bit one's complement sum (of
+/// little-endian words), not complemented.
+pub(crate) fn fold16(acc: u64) -> u16 {
     let mut s = (acc >> 32) + (acc & 0xffff_ffff);
     while s > 0xffff {
         s = (s >> 16) + (s & 0xffff);
     }
-    // The sum of little-endian words is the byte-swapped sum of
-    // big-endian ones (RFC 1071 §2(B)).
-    !(s as u16).swap_bytes()
+    s as u16
 }
+
+/// One's complement addition of two accumulators.
+pub(crate) use super::interp::add_carry;
 
 fn swap(width: Gauge) -> Pipe {
     Pipe {
