@@ -175,20 +175,9 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// The timestamps option's (TSval, TSecr), if the segment carries one
-    /// (RFC 7323 §3). The layout of RFC 7323 Appendix A (NOP, NOP, then the
-    /// option), which nearly every sender uses, is read without a scan; the
-    /// first well-formed one counts, and malformed options hide the rest.
+    /// (see [`timestamps`]).
     pub fn timestamps(&self) -> Option<(u32, u32)> {
-        let o = self.options();
-        if o.len() >= 12 && o[..4] == [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10] {
-            return Some((get_u32(o, 4), get_u32(o, 8)));
-        }
-        self.options_iter()
-            .map_while(Result::ok)
-            .find_map(|opt| match opt {
-                TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
-                _ => None,
-            })
+        timestamps(self.options())
     }
 
     /// Segment data.
@@ -381,6 +370,22 @@ impl TcpOption<'_> {
             }
         };
     }
+}
+
+/// The timestamps option's (TSval, TSecr) in option bytes `o`, if there is
+/// one (RFC 7323 §3). The layout of RFC 7323 Appendix A (NOP, NOP, then the
+/// option), which nearly every sender uses, is read without a scan; the
+/// first well-formed one counts, and malformed options hide the rest.
+pub fn timestamps(o: &[u8]) -> Option<(u32, u32)> {
+    if o.len() >= 12 && o[..4] == [kind::NOP, kind::NOP, kind::TIMESTAMPS, 10] {
+        return Some((get_u32(o, 4), get_u32(o, 8)));
+    }
+    TcpOptionIter::new(o)
+        .map_while(Result::ok)
+        .find_map(|opt| match opt {
+            TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
+            _ => None,
+        })
 }
 
 /// Encodes `opts` into the front of `buf`, zero-padded (EOL) to a multiple of 4 bytes,

@@ -393,12 +393,7 @@ pub(super) fn wscale_option(seg: &TcpRepr) -> Option<u8> {
 
 /// A segment's timestamps option as (TSval, TSecr), if well-formed.
 pub(super) fn ts_option(seg: &TcpRepr) -> Option<(u32, u32)> {
-    TcpOptionIter::new(seg.options)
-        .map_while(Result::ok)
-        .find_map(|o| match o {
-            TcpOption::Timestamps { tsval, tsecr } => Some((tsval, tsecr)),
-            _ => None,
-        })
+    exonet_wire::tcp::timestamps(seg.options)
 }
 
 /// `a` is before `b` on the 32-bit timestamp circle (RFC 7323 §5.2, as sequence
