@@ -541,14 +541,51 @@ impl<'a> TcpRepr<'a> {
     /// the options exceed 40 bytes, `BadLength` if the segment exceeds 65535 bytes,
     /// `Truncated` if `buf` is too short.
     pub fn emit(&self, buf: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) -> Result<(), WireError> {
+        let (hl, len) = self.lengths(self.payload.len())?;
+        let buf = buf
+            .get_mut(..usize::from(len))
+            .ok_or(WireError::Truncated)?;
+        let mut p = self.write_header(buf, hl);
+        // Copy once, checksum in the copy: the payload's sum comes from the
+        // copy itself (it starts at an even offset, so the sums simply add).
+        let payload = checksum::copy_and_sum(p.payload_mut(), self.payload);
+        let b = p.into_inner();
+        Self::finish(b, hl, len, payload, src, dst);
+        Ok(())
+    }
+
+    /// Writes the header alone into the front of `buf`, for a segment whose
+    /// `payload_len` bytes of data stay elsewhere (gathered from a send buffer
+    /// when the frame is sent): `payload_sum` is their sum ([`checksum::sum`],
+    /// from an even offset). `self.payload` is not looked at. Returns the header
+    /// length; errors as [`TcpRepr::emit`].
+    pub fn emit_header(
+        &self,
+        buf: &mut [u8],
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        payload_len: usize,
+        payload_sum: u16,
+    ) -> Result<usize, WireError> {
+        let (hl, len) = self.lengths(payload_len)?;
+        let buf = buf.get_mut(..hl).ok_or(WireError::Truncated)?;
+        let p = self.write_header(buf, hl);
+        Self::finish(p.into_inner(), hl, len, payload_sum, src, dst);
+        Ok(hl)
+    }
+
+    /// The header length and the segment's, for `payload_len` bytes of data.
+    fn lengths(&self, payload_len: usize) -> Result<(usize, u16), WireError> {
         let hl = self.header_len();
         if hl > MAX_HEADER_LEN {
             return Err(WireError::BadOption);
         }
-        let len = u16::try_from(self.buffer_len()).map_err(|_| WireError::BadLength)?;
-        let buf = buf
-            .get_mut(..usize::from(len))
-            .ok_or(WireError::Truncated)?;
+        let len = u16::try_from(hl + payload_len).map_err(|_| WireError::BadLength)?;
+        Ok((hl, len))
+    }
+
+    /// Fills in the header's fields and options, the checksum zero.
+    fn write_header<'b>(&self, buf: &'b mut [u8], hl: usize) -> TcpPacket<&'b mut [u8]> {
         let mut p = TcpPacket::new_unchecked(buf);
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);
@@ -562,10 +599,12 @@ impl<'a> TcpRepr<'a> {
         opts[..self.options.len()].copy_from_slice(self.options);
         opts[self.options.len()..].fill(0);
         p.set_checksum(0);
-        // Copy once, checksum in the copy: the payload's sum comes from the
-        // copy itself (it starts at an even offset, so the sums simply add).
-        let payload = checksum::copy_and_sum(p.payload_mut(), self.payload);
-        let b = p.into_inner();
+        p
+    }
+
+    /// Stores the checksum over the pseudo-header, the header at the front of
+    /// `b` and data summing to `payload`.
+    fn finish(b: &mut [u8], hl: usize, len: u16, payload: u16, src: Ipv4Addr, dst: Ipv4Addr) {
         let sum = [
             checksum::pseudo_header_sum(src, dst, protocol::TCP, len),
             checksum::sum(&b[..hl]),
@@ -574,7 +613,6 @@ impl<'a> TcpRepr<'a> {
         .into_iter()
         .fold(0, checksum::add);
         TcpPacket::new_unchecked(b).set_checksum(!sum);
-        Ok(())
     }
 }
 
@@ -622,6 +660,38 @@ mod tests {
         let n = write_options(&[TcpOption::NoOp, TcpOption::NoOp, sack], &mut buf).unwrap();
         assert_eq!(n, 36);
         assert_eq!(collect(&buf[..n])[2].as_ref().unwrap(), &sack);
+    }
+
+    #[test]
+    fn header_alone_matches_the_whole_segment() {
+        let opts = [0x01, 0x01, 0x08, 0x0a, 0, 0, 0, 1, 0, 0, 0, 2];
+        for n in [0usize, 1, 7, 1448] {
+            let payload: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+            let repr = TcpRepr {
+                src_port: 1,
+                dst_port: 2,
+                seq_number: 3,
+                ack_number: 4,
+                flags: flags::ACK | flags::PSH,
+                window: 5,
+                urgent_ptr: 0,
+                options: &opts,
+                payload: &payload,
+            };
+            let mut whole = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut whole, A, B).unwrap();
+            let mut head = [0u8; 60];
+            let hl = repr
+                .emit_header(&mut head, A, B, n, checksum::sum(&payload))
+                .unwrap();
+            assert_eq!(hl, 32);
+            assert_eq!(&head[..hl], &whole[..hl]);
+            // A header too short for the buffer is refused, not cut.
+            assert!(matches!(
+                repr.emit_header(&mut head[..31], A, B, n, 0),
+                Err(WireError::Truncated)
+            ));
+        }
     }
 
     #[test]

@@ -70,9 +70,15 @@
 //! Not yet: HyStart++ without timestamps and without SACK (RACK needs SACK; Karn's
 //! rule alone leaves fewer than its eight RTT samples per round), its larger per-ACK
 //! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
-//! 3465's one segment), and sending from buffers in the endpoint's segment (the
-//! send buffer is private memory, so each transmission copies the data into a
-//! frame). The sockets over the multiplexer are in [`crate::socket`]. Of RFC 7323,
+//! 3465's one segment).
+//!
+//! The send buffer is the connection's heap memory, or memory the caller lends
+//! ([`SendMemory`], [`Connection::lend_send_memory`]): then a segment's data is
+//! not copied but named where it lies ([`Connection::poll_transmit_referenced`]),
+//! for the first transmission and every retransmission, and its bytes stay
+//! untouched until the caller reports the transmission done. The sockets over
+//! the multiplexer are in [`crate::socket`], and lend part of the endpoint's
+//! segment. Of RFC 7323,
 //! a non-RST segment without timestamps on a connection that agreed to them is
 //! taken rather than dropped (§3.2's SHOULD; Linux takes it too), and a RST
 //! carries no timestamps (§3.2 allows either).
@@ -84,6 +90,7 @@ mod isn;
 mod rack;
 mod recv;
 mod rtt;
+mod send;
 mod seq;
 
 #[cfg(test)]
@@ -95,4 +102,5 @@ pub use connection::{
 };
 pub use cookie::{syn_cookie_accept, syn_cookie_reply, SYN_COOKIE_LIFETIME};
 pub use isn::{initial_sequence_number, timestamp_offset};
+pub use send::{Pieces, SendMemory};
 pub use seq::SeqNum;

@@ -1,6 +1,7 @@
 //! Two connections back to back over a simulated network in simulated time, with
 //! seeded loss, duplication, reordering, delay and bit corruption.
 
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -123,6 +124,47 @@ struct Net {
     queue_drops: usize,
     /// Whether each end has been in TIME-WAIT.
     time_waited: [bool; 2],
+    /// Memory of this size is lent to the end's send buffer once it exists.
+    lend: [Option<usize>; 2],
+    /// Segments sent with their data referenced and not yet reported done
+    /// (as the multiplexer reads them later): when they are due, their data
+    /// as sent, and the pieces, which must still hold that data then.
+    referenced: [VecDeque<(Time, Vec<u8>, Pieces)>; 2],
+    /// How long a referenced segment stays referenced after it was sent.
+    reference_hold: Duration,
+}
+
+/// Memory lent to a send buffer, standing for part of a segment at `offset`.
+struct TestMemory {
+    offset: u32,
+    bytes: Box<[u8]>,
+}
+
+impl SendMemory for TestMemory {
+    fn segment_offset(&self) -> u32 {
+        self.offset
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
+
+/// Where lent memory of end `i` pretends to lie in its segment: odd, so that
+/// offsets are checked, not assumed.
+const LENT_AT: [u32; 2] = [4097, 65_537];
+
+/// The bytes `pieces` name in `c`'s lent send memory.
+fn read_pieces(c: &Connection, pieces: &Pieces) -> Vec<u8> {
+    let (base, mem) = c.lent_memory().expect("referenced only from lent memory");
+    let mut data = Vec::new();
+    for (at, len) in pieces.iter() {
+        let at = (at - base) as usize;
+        data.extend_from_slice(&mem[at..at + len as usize]);
+    }
+    data
 }
 
 impl Net {
@@ -145,6 +187,9 @@ impl Net {
             corrupted: 0,
             queue_drops: 0,
             time_waited: [false; 2],
+            lend: [None; 2],
+            referenced: [VecDeque::new(), VecDeque::new()],
+            reference_hold: Duration::ZERO,
         }
     }
 
@@ -208,12 +253,67 @@ impl Net {
     fn flush(&mut self) {
         let mut buf = [0u8; 1600];
         for i in 0..2 {
+            self.complete_referenced(i);
+            let Some(c) = self.ends[i].as_mut() else {
+                continue;
+            };
+            if c.sends_by_reference() {
+                // A header buffer as the sockets use: the inline slot.
+                let now = self.now;
+                while let Some((n, pieces)) = self.ends[i]
+                    .as_mut()
+                    .and_then(|c| c.poll_transmit_referenced(now, &mut buf[..96], 1600))
+                {
+                    let mut bytes = buf[..n].to_vec();
+                    if let Some(p) = pieces {
+                        let c = self.conn(i);
+                        let data = read_pieces(c, &p);
+                        bytes.extend_from_slice(&data);
+                        self.referenced[i].push_back((now + self.reference_hold, data, p));
+                    }
+                    self.put(i, bytes);
+                }
+                continue;
+            }
             while let Some(n) = self.ends[i]
                 .as_mut()
                 .and_then(|c| c.poll_transmit(self.now, &mut buf))
             {
                 self.put(i, buf[..n].to_vec());
             }
+        }
+    }
+
+    /// Lends memory to the send buffers of ends that get it and exist now,
+    /// before the application writes.
+    fn lend_memory(&mut self) {
+        for ((end, lend), offset) in self.ends.iter_mut().zip(self.lend).zip(LENT_AT) {
+            let (Some(c), Some(size)) = (end.as_mut(), lend) else {
+                continue;
+            };
+            if !c.sends_by_reference() {
+                let mem = TestMemory {
+                    offset,
+                    bytes: vec![0xee; size].into(),
+                };
+                assert!(c.lend_send_memory(Box::new(mem)).is_ok(), "lent too late");
+            }
+        }
+    }
+
+    /// Reports end `i`'s referenced segments that are due done, checking that
+    /// their data stayed in place.
+    fn complete_referenced(&mut self, i: usize) {
+        while self.referenced[i].front().is_some_and(|r| r.0 <= self.now) {
+            let (_, data, pieces) = self.referenced[i].pop_front().unwrap();
+            let Some(c) = self.ends[i].as_mut() else {
+                return;
+            };
+            assert!(
+                read_pieces(c, &pieces) == data,
+                "referenced data changed before its segment was done"
+            );
+            c.reference_done();
         }
     }
 
@@ -404,6 +504,7 @@ impl Net {
     /// Lets the applications act, sends what the ends have, then advances to the
     /// next event and handles it. False when nothing is left to happen.
     fn step(&mut self) -> bool {
+        self.lend_memory();
         self.run_apps();
         self.flush();
         let next = self
@@ -415,6 +516,11 @@ impl Net {
                     .iter()
                     .flatten()
                     .filter_map(Connection::poll_timeout),
+            )
+            .chain(
+                self.referenced
+                    .iter()
+                    .filter_map(|r| r.front().map(|r| r.0)),
             )
             .min();
         let Some(next) = next else { return false };
@@ -534,6 +640,44 @@ fn transfer_both_ways_and_clean_close() {
     assert_eq!(n.conn(0).srtt().map(|d| d >= ms(10)), Some(true));
 }
 
+/// A send buffer in lent memory: data goes out referenced, never copied
+/// (beyond what fits the header buffer), through loss, reordering and
+/// duplication, and across the ring's wrap at odd offsets; a referenced byte
+/// stays as it was until its segment is done, although the peer acknowledged
+/// it and the application writes on.
+#[test]
+fn lent_send_buffer_sends_by_reference() {
+    let faults = Faults {
+        loss: 0.03,
+        dup: 0.02,
+        reorder: 0.1,
+        delay: ms(5),
+        jitter: ms(2),
+        spacing: Duration::from_micros(12),
+        corrupt: 0.0,
+        queue: 0,
+    };
+    for lend in [2_999, 65_536] {
+        let mut n = Net::client_server(3, faults, fast_config(), fast_config());
+        n.lend = [Some(lend), Some(lend + 1)];
+        // Past the round trip: the peer's ACK comes first.
+        n.reference_hold = ms(15);
+        let n = transfer_with(n, [500_000, 300_000], 0);
+        for i in 0..2 {
+            let c = n.conn(i);
+            assert!(c.sends_by_reference());
+            assert!(c.stats().retransmitted > 0);
+        }
+        // Full segments were referenced: no copy of 1448 bytes fits 96.
+        let full = n
+            .log
+            .iter()
+            .filter(|s| s.from == 0 && s.len == 1448)
+            .count();
+        assert!(full > 200, "{full} full segments");
+    }
+}
+
 #[test]
 fn lossy_network_delivers_intact() {
     let faults = Faults {
@@ -589,6 +733,8 @@ proptest! {
         cubic: bool,
         hystart: bool,
         corrupt in 0.0f64..0.05,
+        lend in proptest::option::of(1usize..20_000),
+        lend_b in proptest::option::of(1usize..20_000),
     ) {
         let spacing = Duration::from_micros(spacing_us);
         let faults = Faults {
@@ -625,6 +771,7 @@ proptest! {
             ..cfg.clone()
         };
         let mut n = Net::client_server(seed, faults, cfg, cfg_b);
+        n.lend = [lend, lend_b];
         // Sequence numbers near the wrap, often.
         n.listener_iss = Some(SeqNum(iss | 0xffff_0000));
         // The simulated reader acts only when something happens, so one that takes

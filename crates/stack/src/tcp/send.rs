@@ -1,0 +1,366 @@
+//! The send buffer: the application's bytes from SND.UNA on, until the peer
+//! acknowledges them.
+//!
+//! It lives either in the connection's own heap memory, and every segment copies
+//! its data out, or in memory the caller lends ([`SendMemory`]): a part of the
+//! endpoint's segment that the multiplexer reads, so that a segment's data is sent
+//! (and sent again) where it lies, named by descriptors, never copied into a
+//! frame (the "send buffers referenced in the segment" of the Thekkath and U-Net
+//! TCPs). A byte a segment referenced stays untouched until the caller reports the
+//! segment's transmission complete ([`Connection::reference_done`](super::Connection::reference_done)),
+//! even if the peer acknowledged it meanwhile: the multiplexer may not have read
+//! it yet.
+
+use exonet_wire::checksum;
+use std::collections::VecDeque;
+use std::fmt;
+
+/// Memory a connection's send buffer may live in, lent by the caller: bytes the
+/// transmitter reads in place at `segment_offset` (the offset of the first byte
+/// in the endpoint's segment). The connection uses it as a ring and writes only
+/// bytes no segment in flight references.
+pub trait SendMemory: Send {
+    /// Where the memory starts in the endpoint's segment.
+    fn segment_offset(&self) -> u32;
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+/// Where a segment's data lies in the endpoint's segment: one piece, or two where
+/// it wraps around the end of the send ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pieces {
+    /// (offset in the segment, length); unused ones are zero-length.
+    pub at: [(u32, u32); 2],
+}
+
+impl Pieces {
+    /// The pieces with data, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.at.iter().copied().filter(|p| p.1 > 0)
+    }
+
+    /// Their total length.
+    pub fn len(&self) -> usize {
+        self.at.iter().map(|p| p.1 as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub(crate) struct SendBuffer {
+    store: Store,
+}
+
+enum Store {
+    Heap(VecDeque<u8>),
+    Lent(Ring),
+}
+
+/// A send buffer in lent memory.
+struct Ring {
+    mem: Box<dyn SendMemory>,
+    /// Stream position (bytes since the first queued) of the oldest byte held.
+    head: u64,
+    len: usize,
+    /// Stream positions where the data of each segment referenced and not yet
+    /// done starts, in the order sent.
+    in_flight: VecDeque<u64>,
+    /// No byte before this position is referenced: the least of `head` and
+    /// `in_flight`, or less (it is raised only when room runs short).
+    pinned: u64,
+}
+
+impl Ring {
+    fn size(&self) -> usize {
+        self.mem.bytes().len()
+    }
+
+    /// Bytes that may be written now without touching a referenced one.
+    fn writable(&mut self) -> usize {
+        let used = |r: &Ring| (r.head + r.len as u64 - r.pinned) as usize;
+        if used(self) == self.size() || self.pinned < self.head {
+            self.pinned = self.in_flight.iter().copied().fold(self.head, u64::min);
+        }
+        self.size() - used(self)
+    }
+
+    /// Bytes `range` (offsets from the head) as the two slices of the ring.
+    fn slices(&self, range: std::ops::Range<usize>) -> (&[u8], &[u8]) {
+        let bytes = self.mem.bytes();
+        let (a, b) = self.split(range);
+        (&bytes[a.0..a.0 + a.1], &bytes[b.0..b.0 + b.1])
+    }
+
+    /// `range` (offsets from the head) as (index, length) in the memory: before
+    /// and after the wrap.
+    fn split(&self, range: std::ops::Range<usize>) -> ((usize, usize), (usize, usize)) {
+        let size = self.size();
+        let start = ((self.head + range.start as u64) % size as u64) as usize;
+        let n = range.len();
+        let first = n.min(size - start);
+        ((start, first), (0, n - first))
+    }
+}
+
+impl SendBuffer {
+    pub fn new() -> SendBuffer {
+        SendBuffer {
+            store: Store::Heap(VecDeque::new()),
+        }
+    }
+
+    /// Moves the buffer into `mem`. Only while empty: returns the memory back
+    /// otherwise, or if it is too small to be of use.
+    pub fn lend(&mut self, mem: Box<dyn SendMemory>) -> Result<(), Box<dyn SendMemory>> {
+        if self.len() > 0 || mem.bytes().is_empty() || matches!(self.store, Store::Lent(_)) {
+            return Err(mem);
+        }
+        self.store = Store::Lent(Ring {
+            mem,
+            head: 0,
+            len: 0,
+            in_flight: VecDeque::new(),
+            pinned: 0,
+        });
+        Ok(())
+    }
+
+    pub fn is_lent(&self) -> bool {
+        matches!(self.store, Store::Lent(_))
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.store {
+            Store::Heap(q) => q.len(),
+            Store::Lent(r) => r.len,
+        }
+    }
+
+    /// Queues as much of `data` as fits under `limit` bytes held (and, in lent
+    /// memory, beside the bytes still referenced); returns how much.
+    pub fn push(&mut self, data: &[u8], limit: usize) -> usize {
+        let n = data.len().min(limit.saturating_sub(self.len()));
+        match &mut self.store {
+            Store::Heap(q) => {
+                q.extend(&data[..n]);
+                n
+            }
+            Store::Lent(r) => {
+                let n = n.min(r.writable());
+                let (a, b) = r.split(r.len..r.len + n);
+                let bytes = r.mem.bytes_mut();
+                bytes[a.0..a.0 + a.1].copy_from_slice(&data[..a.1]);
+                bytes[..b.1].copy_from_slice(&data[a.1..n]);
+                r.len += n;
+                n
+            }
+        }
+    }
+
+    /// Drops the oldest `n` bytes (acknowledged).
+    pub fn drain(&mut self, n: usize) {
+        match &mut self.store {
+            Store::Heap(q) => {
+                q.drain(..n.min(q.len()));
+            }
+            Store::Lent(r) => {
+                let n = n.min(r.len);
+                r.head += n as u64;
+                r.len -= n;
+            }
+        }
+    }
+
+    /// Bytes `range` (offsets from the oldest) as two slices, the second empty
+    /// unless the range wraps.
+    pub fn slices(&self, range: std::ops::Range<usize>) -> (&[u8], &[u8]) {
+        match &self.store {
+            Store::Heap(q) => {
+                let (a, b) = q.as_slices();
+                let in_a = range.start.min(a.len())..range.end.min(a.len());
+                let in_b = range.start.saturating_sub(a.len())..range.end.saturating_sub(a.len());
+                (&a[in_a], &b[in_b])
+            }
+            Store::Lent(r) => r.slices(range),
+        }
+    }
+
+    /// Where bytes `range` lie in the segment, recorded as referenced until
+    /// [`SendBuffer::done`]; `None` for a heap buffer.
+    pub fn reference(&mut self, range: std::ops::Range<usize>) -> Option<Pieces> {
+        let Store::Lent(r) = &mut self.store else {
+            return None;
+        };
+        let base = r.mem.segment_offset();
+        let (a, b) = r.split(range.clone());
+        r.in_flight.push_back(r.head + range.start as u64);
+        Some(Pieces {
+            at: [
+                (base + a.0 as u32, a.1 as u32),
+                (base + b.0 as u32, b.1 as u32),
+            ],
+        })
+    }
+
+    /// The oldest referenced segment's transmission is complete.
+    pub fn done(&mut self) {
+        if let Store::Lent(r) = &mut self.store {
+            r.in_flight.pop_front();
+        }
+    }
+
+    /// The newest referenced segment was not sent after all.
+    pub fn unsent(&mut self) {
+        if let Store::Lent(r) = &mut self.store {
+            r.in_flight.pop_back();
+        }
+    }
+
+    #[cfg(test)]
+    pub fn lent_memory(&self) -> Option<(u32, &[u8])> {
+        match &self.store {
+            Store::Heap(_) => None,
+            Store::Lent(r) => Some((r.mem.segment_offset(), r.mem.bytes())),
+        }
+    }
+
+    /// Segments referenced and not yet done.
+    pub fn references(&self) -> usize {
+        match &self.store {
+            Store::Heap(_) => 0,
+            Store::Lent(r) => r.in_flight.len(),
+        }
+    }
+}
+
+/// The one's complement sum (as [`checksum::sum`]) of `a` then `b`: when `a`
+/// has an odd length, `b`'s bytes sit at odd offsets, and its sum is taken
+/// byte-swapped (RFC 1071 §2 (B)).
+pub fn sum(a: &[u8], b: &[u8]) -> u16 {
+    combine(checksum::sum(a), a.len(), checksum::sum(b))
+}
+
+/// The sum of `a_len` bytes summing to `sa` followed by bytes summing to `sb`.
+pub fn combine(sa: u16, a_len: usize, sb: u16) -> u16 {
+    let sb = if a_len % 2 == 1 { sb.swap_bytes() } else { sb };
+    checksum::add(sa, sb)
+}
+
+/// A clone holds its bytes in the heap: lent memory has one owner.
+impl Clone for SendBuffer {
+    fn clone(&self) -> SendBuffer {
+        let (a, b) = self.slices(0..self.len());
+        let mut q = VecDeque::with_capacity(self.len());
+        q.extend(a);
+        q.extend(b);
+        SendBuffer {
+            store: Store::Heap(q),
+        }
+    }
+}
+
+impl fmt::Debug for SendBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, b) = self.slices(0..self.len());
+        f.debug_struct("SendBuffer")
+            .field("len", &self.len())
+            .field("lent", &self.is_lent())
+            .field("references", &self.references())
+            .field("sum", &sum(a, b))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem(Box<[u8]>);
+
+    impl SendMemory for Mem {
+        fn segment_offset(&self) -> u32 {
+            1000
+        }
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    fn lent(size: usize) -> SendBuffer {
+        let mut b = SendBuffer::new();
+        assert!(b.lend(Box::new(Mem(vec![0; size].into()))).is_ok());
+        b
+    }
+
+    fn bytes(b: &SendBuffer, r: std::ops::Range<usize>) -> Vec<u8> {
+        let (x, y) = b.slices(r);
+        [x, y].concat()
+    }
+
+    #[test]
+    fn lends_only_while_empty() {
+        let mut b = SendBuffer::new();
+        assert_eq!(b.push(b"abc", 10), 3);
+        assert!(b.lend(Box::new(Mem(vec![0; 8].into()))).is_err());
+        b.drain(3);
+        assert!(b.lend(Box::new(Mem(Box::new([])))).is_err());
+        assert!(b.lend(Box::new(Mem(vec![0; 8].into()))).is_ok());
+        assert!(b.is_lent());
+    }
+
+    #[test]
+    fn ring_wraps_at_odd_offsets_and_pieces_name_both_ends() {
+        let mut b = lent(7);
+        assert_eq!(b.push(b"0123456789", 100), 7);
+        b.drain(5);
+        assert_eq!(b.push(b"abcdef", 100), 5);
+        assert_eq!(bytes(&b, 0..7), b"56abcde");
+        let p = b.reference(1..6).unwrap();
+        // Bytes 6, a, b at 1006.., then c, d from the start of the memory.
+        assert_eq!(p.at, [(1006, 1), (1000, 4)]);
+        assert_eq!(p.len(), 5);
+        // The sum of pieces of odd length equals the sum of the bytes in a row.
+        let (x, y) = b.slices(1..6);
+        assert_eq!(sum(x, y), checksum::sum(b"6abcd"));
+    }
+
+    #[test]
+    fn referenced_bytes_stay_until_done() {
+        let mut b = lent(8);
+        assert_eq!(b.push(b"abcdefgh", 100), 8);
+        b.reference(2..6).unwrap();
+        b.reference(0..2).unwrap();
+        // All acknowledged, but "ab" and "cdef" are still being read.
+        b.drain(8);
+        assert_eq!(b.push(b"0123456789", 100), 0);
+        b.done();
+        // The older reference, "cdef", is done: "ab" pins from position 0 on.
+        assert_eq!(b.push(b"0123456789", 100), 0);
+        b.done();
+        assert_eq!(b.push(b"0123456789", 100), 8);
+        b.drain(4);
+        b.reference(0..4).unwrap();
+        b.unsent();
+        assert_eq!(b.references(), 0);
+        assert_eq!(b.push(b"xyz", 100), 3);
+        assert_eq!(bytes(&b, 0..7), b"4567xyz");
+    }
+
+    #[test]
+    fn a_clone_holds_its_bytes_in_the_heap() {
+        let mut b = lent(4);
+        b.push(b"wxyz", 4);
+        b.drain(1);
+        b.push(b"!", 4);
+        let c = b.clone();
+        assert!(!c.is_lent());
+        assert_eq!(bytes(&c, 0..4), b"xyz!");
+        assert_eq!(format!("{b:?}").replace("true", "false"), format!("{c:?}"));
+    }
+}
