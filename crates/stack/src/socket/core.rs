@@ -24,7 +24,10 @@ use crate::reasm::{ReasmStats, Reassembler};
 use crate::time::Time;
 use crate::udp::UdpStats;
 
+mod send_area;
 mod tcp;
+
+use send_area::SendArea;
 
 pub use tcp::TcpSocketStats;
 pub(crate) use tcp::{TcpSock, TcpTable};
@@ -66,6 +69,9 @@ pub struct TxStats {
     pub frames: u64,
     /// Of those, inline in the ring.
     pub inline: u64,
+    /// Of those, TCP segments whose data the multiplexer read from the send
+    /// area (a chain: the headers inline, the data where it lies).
+    pub referenced: u64,
     /// Datagrams sent in fragments.
     pub fragmented: u64,
     /// Frames the multiplexer refused (template check or link).
@@ -196,6 +202,8 @@ pub(crate) struct Inner {
     kick: Notifier,
     /// Send buffers not in flight.
     tx_pool: Vec<u32>,
+    /// TCP send buffers the multiplexer reads in place.
+    send_area: SendArea,
     /// Receive buffers taken off the free ring, to give back.
     to_free: Vec<u32>,
     /// Largest datagram sent whole.
@@ -267,9 +275,12 @@ impl Inner {
         let frames = config.frames.clamp(8, 1 << 16);
         let ring = frames.next_power_of_two();
         let window_frames = config.window.min(super::MAX_WINDOW).div_ceil(FRAME_SIZE) as u32;
+        let slot = config.tcp.send_buffer.next_multiple_of(FRAME_SIZE);
+        let area = config.tcp_send_area.min(super::MAX_WINDOW);
+        let area_frames = (area - area % slot.max(1)).div_ceil(FRAME_SIZE) as u32;
         let seg = SegmentConfig {
             frame_size: FRAME_SIZE as u32,
-            frame_count: frames + window_frames,
+            frame_count: frames + area_frames + window_frames,
             ring_entries: [ring; 4],
         };
         let (endpoint, app, in_process) = {
@@ -285,9 +296,17 @@ impl Inner {
             .iter()
             .map(|&(addr, prefix_len)| IfAddr { addr, prefix_len })
             .collect();
-        // The window's buffers come last and never go on a ring.
+        // The send area's buffers and the window's come last and never go
+        // on a ring.
         let buffers: Vec<u32> = app.frames.layout().buffers().collect();
-        let (buffers, window) = buffers.split_at(frames as usize);
+        let (buffers, rest) = buffers.split_at(frames as usize);
+        let (area, window) = rest.split_at(area_frames as usize);
+        let send_area = SendArea::new(
+            app.frames.clone(),
+            area.first().copied().unwrap_or(0),
+            area_frames * FRAME_SIZE as u32,
+            slot as u32,
+        );
         let window = window.first().map(|&offset| {
             Window::new(
                 app.frames.clone(),
@@ -311,6 +330,7 @@ impl Inner {
             window,
             kick: app.kick,
             tx_pool: tx_bufs.to_vec(),
+            send_area,
             to_free: rx_bufs.to_vec(),
             mtu,
             ipv4: Ipv4Rx::new(&addrs),
@@ -586,6 +606,14 @@ impl Inner {
         while let Ok(Some(d)) = self.completion.pop() {
             if d.flags & Desc::REJECTED != 0 {
                 self.tx_stats.rejected += 1;
+            }
+            if d.is_chain() {
+                if let Some(owner) = self.send_area.complete(d.offset) {
+                    if let Some(c) = owner.and_then(|id| self.conn_mut(id)) {
+                        c.conn.reference_done();
+                    }
+                    continue;
+                }
             }
             if !d.is_inline() {
                 if let Some(b) = self.frames.layout().buffer_of(d.offset) {

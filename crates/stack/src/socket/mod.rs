@@ -71,6 +71,14 @@ pub struct StackConfig {
     /// frame buffers, which are kept off the free ring; at most
     /// [`MAX_WINDOW`].
     pub window: usize,
+    /// Bytes of the segment set aside for TCP send buffers (whole frame
+    /// buffers kept off the free ring), lent to connections in slots of
+    /// [`TcpConfig::send_buffer`](crate::tcp::TcpConfig::send_buffer) bytes:
+    /// their segments name the data there and the multiplexer reads it in
+    /// place, so neither sending nor retransmitting copies it. Connections
+    /// beyond the slots, or with larger send buffers, keep theirs in the heap
+    /// and copy. At most [`MAX_WINDOW`].
+    pub tcp_send_area: usize,
 }
 
 /// The largest [`StackConfig::window`].
@@ -99,6 +107,8 @@ impl Default for StackConfig {
             },
             linger: Duration::from_secs(2),
             window: 0,
+            // 16 connections' worth of the default send buffer.
+            tcp_send_area: 4 << 20,
         }
     }
 }

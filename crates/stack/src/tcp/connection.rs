@@ -935,6 +935,12 @@ impl Connection {
         self.send_buf.push(data, self.config.send_buffer)
     }
 
+    /// Bytes [`Connection::send`] would take now: the send buffer's free room
+    /// (less any acknowledged bytes in lent memory still referenced).
+    pub fn send_room(&self) -> usize {
+        self.send_buf.room(self.config.send_buffer)
+    }
+
     /// Bytes queued and not yet acknowledged by the peer.
     pub fn send_queue_len(&self) -> usize {
         self.send_buf.len()
@@ -2169,6 +2175,21 @@ impl Connection {
         mem: Box<dyn SendMemory>,
     ) -> Result<(), Box<dyn SendMemory>> {
         self.send_buf.lend(mem)
+    }
+
+    /// Gives lent send memory up once nothing will be sent from it again (our
+    /// FIN was acknowledged, or the connection is closed); returns whether it
+    /// did. Segments still referencing it need not be reported done.
+    pub fn end_send_memory(&mut self) -> bool {
+        let done = matches!(
+            self.state,
+            TcpState::FinWait2 | TcpState::TimeWait | TcpState::Closed
+        );
+        if done && self.send_buf.is_lent() {
+            self.send_buf = SendBuffer::new();
+            return true;
+        }
+        false
     }
 
     /// The send buffer is in lent memory.

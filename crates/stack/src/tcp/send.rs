@@ -23,7 +23,8 @@ pub trait SendMemory: Send {
     /// Where the memory starts in the endpoint's segment.
     fn segment_offset(&self) -> u32;
     fn bytes(&self) -> &[u8];
-    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Copies `data` to `at`.
+    fn write(&mut self, at: usize, data: &[u8]);
 }
 
 /// Where a segment's data lies in the endpoint's segment: one piece, or two where
@@ -139,6 +140,18 @@ impl SendBuffer {
         }
     }
 
+    /// Bytes [`SendBuffer::push`] would take now under `limit`.
+    pub fn room(&self, limit: usize) -> usize {
+        let room = limit.saturating_sub(self.len());
+        match &self.store {
+            Store::Heap(_) => room,
+            Store::Lent(r) => {
+                let pinned = r.in_flight.iter().copied().fold(r.head, u64::min);
+                room.min(r.size() - (r.head + r.len as u64 - pinned) as usize)
+            }
+        }
+    }
+
     /// Queues as much of `data` as fits under `limit` bytes held (and, in lent
     /// memory, beside the bytes still referenced); returns how much.
     pub fn push(&mut self, data: &[u8], limit: usize) -> usize {
@@ -150,10 +163,9 @@ impl SendBuffer {
             }
             Store::Lent(r) => {
                 let n = n.min(r.writable());
-                let (a, b) = r.split(r.len..r.len + n);
-                let bytes = r.mem.bytes_mut();
-                bytes[a.0..a.0 + a.1].copy_from_slice(&data[..a.1]);
-                bytes[..b.1].copy_from_slice(&data[a.1..n]);
+                let (a, _) = r.split(r.len..r.len + n);
+                r.mem.write(a.0, &data[..a.1]);
+                r.mem.write(0, &data[a.1..n]);
                 r.len += n;
                 n
             }
@@ -287,8 +299,8 @@ mod tests {
         fn bytes(&self) -> &[u8] {
             &self.0
         }
-        fn bytes_mut(&mut self) -> &mut [u8] {
-            &mut self.0
+        fn write(&mut self, at: usize, data: &[u8]) {
+            self.0[at..at + data.len()].copy_from_slice(data);
         }
     }
 

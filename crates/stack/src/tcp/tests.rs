@@ -147,8 +147,8 @@ impl SendMemory for TestMemory {
     fn bytes(&self) -> &[u8] {
         &self.bytes
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+    fn write(&mut self, at: usize, data: &[u8]) {
+        self.bytes[at..at + data.len()].copy_from_slice(data);
     }
 }
 

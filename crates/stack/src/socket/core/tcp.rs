@@ -24,7 +24,7 @@ use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
 use exonet_shm::control::PROTO_TCP;
-use exonet_shm::{Desc, INLINE_MAX};
+use exonet_shm::{Desc, Part, INLINE_MAX};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::tcp::flags;
 use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
@@ -78,6 +78,9 @@ pub struct TcpSocketStats {
     pub failed: u64,
     /// Connections in the stack now (closing ones included).
     pub open: usize,
+    /// Slots of the send area lent now (connections sending by reference, and
+    /// gone ones whose last chains the multiplexer has not completed).
+    pub send_slots: usize,
     /// Segments sent again, over all connections so far.
     pub retransmitted: u64,
     /// Retransmission timeouts, over all connections so far.
@@ -129,6 +132,8 @@ pub(crate) struct Conn {
     unanswered: u32,
     /// The end (reset, timeout) was handed to the socket.
     ended: bool,
+    /// The send area's slot its send buffer is in.
+    slot: Option<usize>,
 }
 
 impl Conn {
@@ -144,6 +149,7 @@ impl Conn {
             dirty: false,
             unanswered: 0,
             ended: false,
+            slot: None,
         }
     }
 
@@ -159,8 +165,19 @@ impl Conn {
             self.conn.state(),
             TcpState::Established | TcpState::CloseWait
         ) && !self.write_shut
-            && self.conn.send_queue_len() < self.send_buffer
+            && self.conn.send_room() > 0
     }
+}
+
+/// Where a connection's segments go: the same for each of a flush.
+struct Route {
+    channel: u32,
+    local: SocketAddrV4,
+    dst: std::net::Ipv4Addr,
+    ttl: u8,
+    /// `None` while the neighbour is being resolved.
+    mac: Option<[u8; 6]>,
+    mtu: usize,
 }
 
 /// The TCP state of a stack beside its sockets.
@@ -269,6 +286,7 @@ impl Inner {
             s.rack_losses += st.rack_losses;
             s.hystart_exits += st.hystart_exits;
         }
+        s.send_slots = self.send_area.in_use();
         s
     }
 
@@ -431,6 +449,12 @@ impl Inner {
         match c.conn.state() {
             TcpState::SynSent | TcpState::SynReceived => None,
             TcpState::Established | TcpState::CloseWait => {
+                if c.slot.is_none() && c.conn.send_queue_len() == 0 {
+                    self.tcp_lend_slot(id);
+                }
+                let Some(c) = self.conn_mut(id) else {
+                    return None;
+                };
                 let n = c.conn.send(data);
                 if n == 0 {
                     return None;
@@ -520,6 +544,29 @@ impl Inner {
         self.tcp_after(id, now);
     }
 
+    /// Moves connection `id`'s (empty) send buffer into a slot of the send
+    /// area, if one is free and large enough, so that its segments are sent
+    /// by reference. Needs inline slots for the chains' headers.
+    fn tcp_lend_slot(&mut self, id: usize) {
+        if !self.tx.has_inline() {
+            return;
+        }
+        let slot_size = self.send_area.slot_size();
+        let Some(c) = conn_in(&mut self.sockets, id) else {
+            return;
+        };
+        if c.send_buffer > slot_size || c.conn.sends_by_reference() {
+            return;
+        }
+        let Some((slot, mem)) = self.send_area.lend(id) else {
+            return;
+        };
+        match c.conn.lend_send_memory(mem) {
+            Ok(()) => c.slot = Some(slot),
+            Err(_) => self.send_area.release(slot),
+        }
+    }
+
     /// ABORT (RFC 9293 §3.10.5): a RST now, and the connection is gone.
     fn tcp_abort(&mut self, id: usize) {
         let now = self.now();
@@ -542,6 +589,9 @@ impl Inner {
                 if self.tcp.tuples.get(&(sock.local, peer)) == Some(&id) {
                     self.tcp.tuples.remove(&(sock.local, peer));
                 }
+            }
+            if let Some(slot) = c.slot {
+                self.send_area.release(slot);
             }
             let st = c.conn.stats();
             self.tcp.stats.retransmitted += st.retransmitted;
@@ -896,6 +946,15 @@ impl Inner {
         let Some(c) = conn_in(&mut self.sockets, id) else {
             return;
         };
+        if let Some(slot) = c.slot {
+            if c.conn.end_send_memory() {
+                c.slot = None;
+                self.send_area.release(slot);
+            }
+        }
+        let Some(c) = conn_in(&mut self.sockets, id) else {
+            return;
+        };
         if let Some(d) = c.conn.poll_timeout() {
             if c.armed.is_none_or(|a| d < a) {
                 c.armed = Some(d);
@@ -959,6 +1018,20 @@ impl Inner {
             }
         };
         let mtu = self.path_mtu(dst, now).min(frame_size - ETH_LEN);
+        if self.conn(id).is_some_and(|c| c.conn.sends_by_reference()) {
+            let route = Route {
+                channel,
+                local,
+                dst,
+                ttl,
+                mac,
+                mtu,
+            };
+            if self.tcp_flush_referenced(id, now, &route) {
+                let _ = self.kick.notify_if_sleeping();
+            }
+            return;
+        }
         let mut pushed = false;
         loop {
             if self.tx.outstanding() >= self.tx.entries() {
@@ -1032,6 +1105,106 @@ impl Inner {
         }
         if pushed {
             let _ = self.kick.notify_if_sleeping();
+        }
+    }
+
+    /// [`Inner::tcp_flush`] for a connection whose send buffer is in the send
+    /// area: each segment's headers go inline, and its data, unless it fits
+    /// there too, as chain parts where it lies. Returns whether anything was
+    /// pushed.
+    fn tcp_flush_referenced(&mut self, id: usize, now: Time, r: &Route) -> bool {
+        let mut pushed = false;
+        let mut head = [0u8; INLINE_MAX];
+        loop {
+            // Room for the longest chain: headers and the two ends of the ring.
+            if self.tx.outstanding() + 3 > self.tx.entries() {
+                self.tx_blocked = true;
+                self.tcp_mark(id);
+                break;
+            }
+            let Some(c) = conn_in(&mut self.sockets, id) else {
+                break;
+            };
+            let Some((n, pieces)) =
+                c.conn
+                    .poll_transmit_referenced(now, &mut head[ETH_LEN + IP_LEN..], r.mtu - IP_LEN)
+            else {
+                break;
+            };
+            let slot = c.slot;
+            let data = pieces.map_or(0, |p| p.len());
+            let mut ip = Ipv4Repr::new(*r.local.ip(), r.dst, protocol::TCP, n + data);
+            ip.ttl = r.ttl;
+            ip.ident = self.ident;
+            ip.dont_frag = true;
+            self.ident = self.ident.wrapping_add(1);
+            ip.emit(&mut head[ETH_LEN..])
+                .expect("a header of a segment cut to the path MTU");
+            write_eth(&mut head, r.mac.unwrap_or([0; 6]), self.info.mac);
+            let len = ETH_LEN + IP_LEN + n;
+            let Some(_) = r.mac else {
+                // Held whole until the neighbour answers: a copy, so the
+                // reference ends here.
+                let mut frame = head[..len].to_vec();
+                if let Some(p) = pieces {
+                    for (at, l) in p.iter() {
+                        let start = frame.len();
+                        frame.resize(start + l as usize, 0);
+                        let _ = self.frames.read_area(at, &mut frame[start..]);
+                    }
+                    self.tcp_reference_unsent(id);
+                }
+                self.arp.hold(
+                    r.dst,
+                    Held {
+                        channel: r.channel,
+                        frame,
+                    },
+                );
+                continue;
+            };
+            let res = match pieces {
+                None => {
+                    self.tx_stats.inline += 1;
+                    self.tx.push_inline(r.channel, &head[..len])
+                }
+                Some(p) => {
+                    let mut parts = [Part::Inline(&head[..len]); 3];
+                    let mut k = 1;
+                    for (offset, len) in p.iter() {
+                        parts[k] = Part::Area { offset, len };
+                        k += 1;
+                    }
+                    self.tx.push_chain(r.channel, &parts[..k])
+                }
+            };
+            match res {
+                Ok(true) => {
+                    self.tx_stats.frames += 1;
+                    pushed = true;
+                    if let (Some(_), Some(slot)) = (pieces, slot) {
+                        self.tx_stats.referenced += 1;
+                        self.send_area.sent(slot);
+                    }
+                }
+                // Checked above; a lost segment is retransmitted.
+                Ok(false) | Err(_) => {
+                    if pieces.is_some() {
+                        self.tcp_reference_unsent(id);
+                    }
+                    if res.is_err() {
+                        // The ring is broken: the next pump reports it.
+                        break;
+                    }
+                }
+            }
+        }
+        pushed
+    }
+
+    fn tcp_reference_unsent(&mut self, id: usize) {
+        if let Some(c) = self.conn_mut(id) {
+            c.conn.reference_unsent();
         }
     }
 
