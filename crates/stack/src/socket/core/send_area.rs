@@ -29,7 +29,7 @@ impl SendArea {
     /// An area of `len` bytes at segment offset `base` (whole frame buffers),
     /// in slots of `slot_size` bytes; none if either is zero.
     pub fn new(frames: Frames, base: u32, len: u32, slot_size: u32) -> SendArea {
-        let count = if slot_size == 0 { 0 } else { len / slot_size };
+        let count = len.checked_div(slot_size).unwrap_or(0);
         SendArea {
             frames,
             base,

@@ -452,9 +452,7 @@ impl Inner {
                 if c.slot.is_none() && c.conn.send_queue_len() == 0 {
                     self.tcp_lend_slot(id);
                 }
-                let Some(c) = self.conn_mut(id) else {
-                    return None;
-                };
+                let c = self.conn_mut(id)?;
                 let n = c.conn.send(data);
                 if n == 0 {
                     return None;
