@@ -2192,6 +2192,26 @@ impl Connection {
         false
     }
 
+    /// Whether [`Connection::poll_transmit`] may have a segment now: false
+    /// only when it certainly has none, so that a caller can skip preparing
+    /// to send (a route, a buffer) after most events.
+    pub fn may_transmit(&self) -> bool {
+        self.rst_pending.is_some()
+            || self.ack_now
+            || self.dup_acks_owed > 0
+            || self.rexmit_pending
+            || self.tlp_pending
+            || self.keepalive_pending
+            || self.in_recovery
+            || match self.state {
+                TcpState::Closed => false,
+                TcpState::SynSent | TcpState::SynReceived => {
+                    self.snd_nxt == self.iss || self.has_unsent()
+                }
+                _ => self.has_unsent(),
+            }
+    }
+
     /// The send buffer is in lent memory.
     pub fn sends_by_reference(&self) -> bool {
         self.send_buf.is_lent()

@@ -260,10 +260,12 @@ impl Net {
             if c.sends_by_reference() {
                 // A header buffer as the sockets use: the inline slot.
                 let now = self.now;
-                while let Some((n, pieces)) = self.ends[i]
-                    .as_mut()
-                    .and_then(|c| c.poll_transmit_referenced(now, &mut buf[..96], 1600))
-                {
+                while let Some((n, pieces)) = self.ends[i].as_mut().and_then(|c| {
+                    let may = c.may_transmit();
+                    let r = c.poll_transmit_referenced(now, &mut buf[..96], 1600);
+                    assert!(may || r.is_none(), "may_transmit said no");
+                    r
+                }) {
                     let mut bytes = buf[..n].to_vec();
                     if let Some(p) = pieces {
                         let c = self.conn(i);
@@ -275,10 +277,13 @@ impl Net {
                 }
                 continue;
             }
-            while let Some(n) = self.ends[i]
-                .as_mut()
-                .and_then(|c| c.poll_transmit(self.now, &mut buf))
-            {
+            let now = self.now;
+            while let Some(n) = self.ends[i].as_mut().and_then(|c| {
+                let may = c.may_transmit();
+                let r = c.poll_transmit(now, &mut buf);
+                assert!(may || r.is_none(), "may_transmit said no");
+                r
+            }) {
                 self.put(i, buf[..n].to_vec());
             }
         }

@@ -994,6 +994,10 @@ impl Inner {
     /// puts them on the tx ring. Stops, leaving the connection marked, when
     /// buffers or ring slots run out.
     fn tcp_flush(&mut self, id: usize, now: Time) {
+        // After most events there is nothing to send: no route is looked up.
+        if !self.conn(id).is_some_and(|c| c.conn.may_transmit()) {
+            return;
+        }
         let frames = self.frames.clone();
         let frame_size = frames.layout().frame_size() as usize;
         // The same for every segment of the connection: looked up once.
