@@ -114,6 +114,13 @@ fn demo_runs_and_engines_agree() {
         "{text}"
     );
     assert!(text.contains("swapped (checked) and summed"), "{text}");
+    // The lossy TCP transfer, its data sent from the send area.
+    assert!(text.contains("bytes arrived intact"), "{text}");
+    let by_reference = text
+        .lines()
+        .find(|l| l.contains("carried their data by reference"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!by_reference.trim_start().starts_with("0 of"), "{text}");
 }
 
 #[test]

@@ -150,6 +150,13 @@ pub fn lossy_transfer(bytes: u64) -> Result<(), String> {
             d.as_secs_f64() * 1e6
         ))
     );
+    let tx = sa.stats().tx;
+    println!(
+        "  {} of A's {} frames carried their data by reference: the multiplexer read it in \
+         place from the send buffer in A's segment, for the first sending and every \
+         retransmission (no copy into a frame)",
+        tx.referenced, tx.frames
+    );
     chart(&samples);
     Ok(())
 }

@@ -6,7 +6,11 @@
 //! thread that needs data moves the endpoint's rings forward ("pumps") and sorts
 //! what arrived into the sockets' queues by channel. Datagrams stay in the segment
 //! buffers the multiplexer wrote them into until the application reads them: the
-//! read is the one copy, and the UDP checksum is verified in that copy.
+//! read is the one copy, and the UDP checksum is verified in that copy. A TCP
+//! connection's send buffer is lent a slot of the segment's send area
+//! ([`StackConfig::tcp_send_area`]): its segments go on the tx ring as chains,
+//! the headers inline and the data named where it lies, and the multiplexer
+//! reads it in place; a byte stays put until the chain that named it completes.
 //!
 //! Blocking follows the endpoint's sleep protocol: a thread spins for
 //! [`StackConfig::busy_poll`], then one thread sleeps on the endpoint's doorbell and
