@@ -420,6 +420,10 @@ pub(super) fn sack_permitted_option(seg: &TcpRepr) -> bool {
 /// malformed), as header prediction requires.
 fn segment_options(seg: &TcpRepr) -> (Option<(u32, u32)>, SackBlocks, bool) {
     let (mut ts, mut sack, mut plain) = (None, [None; MAX_SACK_BLOCKS], true);
+    if seg.options.len() == 12 && seg.options[..4] == [1, 1, 8, 10] {
+        // RFC 7323 Appendix A's layout, on nearly every segment: no scan.
+        return (exonet_wire::tcp::timestamps(seg.options), sack, plain);
+    }
     for o in TcpOptionIter::new(seg.options) {
         match o {
             Ok(TcpOption::Timestamps { tsval, tsecr }) => ts = ts.or(Some((tsval, tsecr))),
@@ -2633,7 +2637,7 @@ impl Connection {
     /// latest arrivals, newest first, as many as fit beside the timestamps.
     fn sack_blocks(&self) -> SackBlocks {
         let mut blocks = [None; MAX_SACK_BLOCKS];
-        if !self.sack_ok {
+        if !self.sack_ok || (self.dsack.is_none() && self.sack_recent.is_empty()) {
             return blocks;
         }
         // 40 option bytes: 12 of timestamps leave room for 3 blocks of 8 beside the
@@ -2678,15 +2682,14 @@ impl Connection {
     /// The options of a segment with flags `f`, written into `buf`; returns their
     /// length.
     fn write_segment_options(&self, f: u8, now: Time, buf: &mut [u8]) -> usize {
-        let ts = TcpOption::Timestamps {
-            tsval: self.ts_now(now),
-            // RFC 7323 §3.2: TSecr is 0 unless ACK is set.
-            tsecr: if f & flags::ACK != 0 {
-                self.ts_recent
-            } else {
-                0
-            },
+        let tsval = self.ts_now(now);
+        // RFC 7323 §3.2: TSecr is 0 unless ACK is set.
+        let tsecr = if f & flags::ACK != 0 {
+            self.ts_recent
+        } else {
+            0
         };
+        let ts = TcpOption::Timestamps { tsval, tsecr };
         let mut list = [TcpOption::NoOp; 8];
         let mut count = 0;
         let mut push = |o| {
@@ -2730,6 +2733,18 @@ impl Connection {
                 push(ts);
             }
         } else if f & flags::RST == 0 {
+            let blocks = self.sack_blocks();
+            if blocks[0].is_none() || f & flags::ACK == 0 {
+                // Timestamps alone, or nothing, on nearly every segment: written
+                // as `write_options` would (RFC 7323 Appendix A's layout).
+                if !self.ts_ok {
+                    return 0;
+                }
+                buf[..4].copy_from_slice(&[1, 1, 8, 10]);
+                buf[4..8].copy_from_slice(&tsval.to_be_bytes());
+                buf[8..12].copy_from_slice(&tsecr.to_be_bytes());
+                return TS_OPTION_LEN;
+            }
             if self.ts_ok {
                 // RFC 7323 §3.2: once agreed, on every segment but a RST (where it
                 // MAY go; Linux leaves it out too).
@@ -2737,7 +2752,6 @@ impl Connection {
                 push(TcpOption::NoOp);
                 push(ts);
             }
-            let blocks = self.sack_blocks();
             if blocks[0].is_some() && f & flags::ACK != 0 {
                 push(TcpOption::NoOp);
                 push(TcpOption::NoOp);
