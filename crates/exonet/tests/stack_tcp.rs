@@ -98,6 +98,23 @@ fn bulk_echo_over_daemons() {
 }
 
 #[test]
+fn send_area_slots_go_back_and_are_lent_again() {
+    // Two slots, ten connections one after the other: each sends by reference
+    // from a slot the ones before gave back.
+    let config = StackConfig {
+        tcp_send_area: 2 * StackConfig::default().tcp.send_buffer,
+        ..StackConfig::default()
+    };
+    let (sa, sb) = in_process_pair(&config).unwrap();
+    for _ in 0..10 {
+        bulk_echo(&sa, &sb, 256 << 10);
+    }
+    let a = sa.stats();
+    assert!(a.tx.referenced > 10 * 150, "{a:#?}");
+    assert_eq!(a.tcp.send_slots, 0, "{a:#?}");
+}
+
+#[test]
 fn bulk_echo_copying_without_a_send_area() {
     let config = StackConfig {
         tcp_send_area: 0,
