@@ -223,6 +223,11 @@ impl CongestionControl {
         self.hystart.as_mut().filter(|_| self.ssthresh == u32::MAX)
     }
 
+    /// HyStart++ watches this slow start (see [`CongestionControl::hystart`]).
+    pub(crate) fn hystart_running(&self) -> bool {
+        self.hystart.is_some() && self.ssthresh == u32::MAX
+    }
+
     /// In Conservative Slow Start (RFC 9406 §4.2).
     fn in_css(&self) -> bool {
         self.ssthresh == u32::MAX

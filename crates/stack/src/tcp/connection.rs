@@ -1481,7 +1481,7 @@ impl Connection {
     /// SND.WND take it in.
     fn congestion_on_ack(&mut self, seg: &Segment, now: Time) {
         let flight = self.snd_max.distance_from(self.snd_una);
-        if self.rack_on() && seg.ack > self.snd_una {
+        if self.rack_records() && seg.ack > self.snd_una {
             let tsecr = seg.ts.map(|t| t.1);
             self.rack.on_ack(seg.ack, now, tsecr, self.ts_offset);
         }
@@ -2049,6 +2049,14 @@ impl Connection {
         self.config.rack && self.sack_ok
     }
 
+    /// RACK's record of transmissions is kept: for RACK, or, without
+    /// timestamps, for HyStart++'s per-ACK RTT samples (RFC 9406 §4.2 wants
+    /// one per ACK; Karn's rule alone gives one per round trip) while its slow
+    /// start lasts. Cumulative ACKs trim the record either way.
+    fn rack_records(&self) -> bool {
+        self.rack_on() || (!self.ts_ok && self.cc.hystart_running())
+    }
+
     /// RACK_detect_loss (RFC 8985 §6.2 step 5) and the reordering timer (§6.3)
     /// armed for the segments not yet due. True if a lost segment awaits
     /// resending.
@@ -2551,7 +2559,7 @@ impl Connection {
         }
         let n = self.emit(out, now, seq, f, offset..offset + len);
         let end = seq + len as u32 + u32::from(fin);
-        if self.rack_on() {
+        if self.rack_records() {
             self.rack.on_sent(seq, end, self.snd_max, now);
         }
         Some((n, end))
@@ -2607,7 +2615,7 @@ impl Connection {
 
     /// Bookkeeping after sending `len` sequence numbers at SND.NXT.
     fn sent(&mut self, now: Time, len: u32) {
-        if self.rack_on() {
+        if self.rack_records() {
             self.rack
                 .on_sent(self.snd_nxt, self.snd_nxt + len, self.snd_max, now);
         }

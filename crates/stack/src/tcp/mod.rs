@@ -23,7 +23,8 @@
 //! Reno-friendly region, fast convergence), with slow start, fast retransmit and
 //! Limited Transmit (RFC 3042); HyStart++ (RFC 9406, [`TcpConfig::hystart`]): the
 //! initial slow start watches each round's minimum RTT (timestamps give a sample
-//! per ACK; without them, RACK's send times of segments sent once), and a rise by RttThresh (an eighth of the last round's, within 4–16
+//! per ACK; without them, RACK's send times of segments sent once, kept for
+//! HyStart++ alone when SACK, and with it RACK, is off), and a rise by RttThresh (an eighth of the last round's, within 4–16
 //! ms) turns it into Conservative Slow Start at a quarter of the growth, back to
 //! slow start if the RTT falls below the baseline, or after five rounds into
 //! congestion avoidance at ssthresh = cwnd (for CUBIC, RFC 9438 §4.10's epoch with
@@ -67,10 +68,9 @@
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: HyStart++ without timestamps and without SACK (RACK needs SACK; Karn's
-//! rule alone leaves fewer than its eight RTT samples per round), its larger per-ACK
-//! growth limit L = 8 for senders without pacing (RFC 9406 §4.3; we keep RFC
-//! 3465's one segment).
+//! Not yet: HyStart++'s larger per-ACK growth limit L = 8 for senders without
+//! pacing (RFC 9406 §4.3; we keep RFC 5681's one segment, so that HyStart++
+//! changes where slow start ends, not how fast it goes).
 //!
 //! The send buffer is the connection's heap memory, or memory the caller lends
 //! ([`SendMemory`], [`Connection::lend_send_memory`]): then a segment's data is

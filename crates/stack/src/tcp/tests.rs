@@ -3171,12 +3171,13 @@ fn through_bottleneck(
     congestion: Congestion,
     hystart: bool,
     queue: usize,
-    timestamps: bool,
+    (timestamps, sack): (bool, bool),
 ) -> (TcpStats, Net) {
     let cfg = TcpConfig {
         congestion,
         hystart,
         timestamps,
+        sack,
         send_buffer: 8 << 20,
         recv_buffer: 8 << 20,
         recv_buffer_max: 8 << 20,
@@ -3206,8 +3207,8 @@ fn bottleneck_with_and_without(
     congestion: Congestion,
     queue: usize,
 ) -> (TcpStats, Net, Net, String) {
-    let (first_drop, with) = through_bottleneck(congestion, true, queue, true);
-    let (first_drop_off, without) = through_bottleneck(congestion, false, queue, true);
+    let (first_drop, with) = through_bottleneck(congestion, true, queue, (true, true));
+    let (first_drop_off, without) = through_bottleneck(congestion, false, queue, (true, true));
     let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
     // Without HyStart++ slow start ends by the loss.
     assert_eq!((first_drop_off.css_entries, st_off.css_entries), (0, 0));
@@ -3516,18 +3517,22 @@ fn a_duplicate_beyond_a_hole_is_reported_before_its_block() {
 }
 
 /// Without timestamps, HyStart++ takes its per-ACK RTT samples from RACK's
-/// send times (segments sent once): it still leaves slow start before the
+/// send times (segments sent once), with SACK or without it (the send times
+/// are kept for HyStart++ alone then): it still leaves slow start before the
 /// queue overflows.
 #[test]
 fn hystart_without_timestamps_samples_rtt_from_rack() {
-    let (first_drop, with) = through_bottleneck(Congestion::Cubic, true, 1000, false);
-    let (_, without) = through_bottleneck(Congestion::Cubic, false, 1000, false);
-    assert!(!with.conn(0).timestamps());
-    let counts = format!(
-        "{} drops with HyStart++, {} without",
-        with.queue_drops, without.queue_drops
-    );
-    assert_eq!(first_drop.hystart_exits, 1, "{counts}");
-    assert_eq!(first_drop.retransmitted, 0, "{counts}");
-    assert!(with.queue_drops * 10 < without.queue_drops, "{counts}");
+    for sack in [true, false] {
+        let (first_drop, with) = through_bottleneck(Congestion::Cubic, true, 1000, (false, sack));
+        let (_, without) = through_bottleneck(Congestion::Cubic, false, 1000, (false, sack));
+        assert!(!with.conn(0).timestamps());
+        assert_eq!(with.conn(0).sack(), sack);
+        let counts = format!(
+            "SACK {sack}: {} drops with HyStart++, {} without",
+            with.queue_drops, without.queue_drops
+        );
+        assert_eq!(first_drop.hystart_exits, 1, "{counts}");
+        assert_eq!(first_drop.retransmitted, 0, "{counts}");
+        assert!(with.queue_drops * 10 < without.queue_drops, "{counts}");
+    }
 }
