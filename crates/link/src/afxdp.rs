@@ -162,6 +162,8 @@ pub struct AfXdp {
     mtu: usize,
     mac: [u8; 6],
     tx_unkicked: bool,
+    /// Sends leave the kick to `uncork` ([`Link::cork`]).
+    corked: bool,
     stats: LinkStats,
     deferred: Option<io::Error>,
 }
@@ -331,6 +333,7 @@ impl AfXdp {
             mtu,
             mac,
             tx_unkicked: false,
+            corked: false,
             stats: LinkStats::default(),
             deferred: None,
         })
@@ -515,6 +518,10 @@ impl Link for AfXdp {
                 .store(self.tx.local, Ordering::Release);
         }
         if (queued || self.tx_unkicked) && self.tx.needs_wakeup() {
+            if self.corked {
+                self.tx_unkicked = true;
+                return Ok(n);
+            }
             if let Err(e) = self.kick() {
                 if n == 0 {
                     return Err(e);
@@ -535,6 +542,18 @@ impl Link for AfXdp {
 
     fn as_raw_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn cork(&mut self) {
+        self.corked = true;
+    }
+
+    fn uncork(&mut self) -> io::Result<()> {
+        self.corked = false;
+        if self.tx_unkicked {
+            self.kick()?;
+        }
+        Ok(())
     }
 
     /// Retry soon while frames wait for a kick or chunks for their completion.

@@ -204,6 +204,20 @@ pub trait Link: Send {
         false
     }
 
+    /// Holds back the kick a send makes (a system call per call on links that
+    /// need one: AF_XDP in copy mode sends only when kicked) until
+    /// [`uncork`](Link::uncork), so that frames sent one call at a time go in one
+    /// kick. Frames still go into the link's ring at once; a link that runs out
+    /// of room while corked says so as usual (then uncork). Links without kicks
+    /// keep the default, which does nothing.
+    fn cork(&mut self) {}
+
+    /// Ends [`cork`](Link::cork), kicking once if frames wait for it. An error
+    /// is the link's own, as from [`send_with`](Link::send_with).
+    fn uncork(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Longest a caller may sleep before calling the link again even without any
     /// readiness on [`as_raw_fd`](Link::as_raw_fd); `None` means no limit. Links that
     /// hold frames for later (delay, reordering) say when they are due.
@@ -248,6 +262,12 @@ macro_rules! forward_link {
         }
         fn prepare_sleep(&mut self) -> bool {
             (**self).prepare_sleep()
+        }
+        fn cork(&mut self) {
+            (**self).cork()
+        }
+        fn uncork(&mut self) -> io::Result<()> {
+            (**self).uncork()
         }
     };
 }

@@ -109,4 +109,12 @@ impl<L: Link, W: Write + Send, C: Clock + Send> Link for PcapCapture<L, W, C> {
     fn poll_timeout(&self) -> Option<Duration> {
         self.inner.poll_timeout()
     }
+
+    fn cork(&mut self) {
+        self.inner.cork()
+    }
+
+    fn uncork(&mut self) -> io::Result<()> {
+        self.inner.uncork()
+    }
 }

@@ -69,6 +69,14 @@ impl<L: Link, F: FnMut(Direction, &[u8]) + Send> Link for Tracer<L, F> {
     fn poll_timeout(&self) -> Option<Duration> {
         self.inner.poll_timeout()
     }
+
+    fn cork(&mut self) {
+        self.inner.cork()
+    }
+
+    fn uncork(&mut self) -> io::Result<()> {
+        self.inner.uncork()
+    }
 }
 
 /// A one-line description of a frame, as tcpdump would print it:

@@ -389,8 +389,18 @@ fn afxdp_over_veth() {
             }
             assert_frames(&recv_test_frames(&mut c, chunk.len(), PATIENCE), chunk);
         }
+        // Corked, frames sent one call at a time wait in the ring for one kick
+        // (copy mode sends only when kicked).
+        let corked = frames(d.mac(), c.mac(), 20);
+        d.cork();
+        for f in &corked {
+            assert_eq!(d.send_batch(&[&f[..]]).unwrap(), 1);
+        }
+        assert!(recv_test_frames(&mut c, 1, Duration::from_millis(100)).is_empty());
+        d.uncork().unwrap();
+        assert_frames(&recv_test_frames(&mut c, corked.len(), PATIENCE), &corked);
         let st = d.stats();
-        assert_eq!((st.tx_frames, st.rx_frames, st.rx_dropped), (1000, 1000, 0));
+        assert_eq!((st.tx_frames, st.rx_frames, st.rx_dropped), (1020, 1000, 0));
     });
     // Detached with the link: the interface takes a new program.
     drop(ns);

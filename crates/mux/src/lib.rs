@@ -627,6 +627,9 @@ pub struct Mux {
     lens: Vec<usize>,
     tx_buf: Vec<u8>,
     scan: Vec<EndpointId>,
+    /// Endpoints whose tx ring moved in this transmit scan, told once the
+    /// link was kicked.
+    moved: Vec<EndpointId>,
     /// Compiles handlers; made at the first install.
     engine: Option<Engine>,
     /// What handlers sent in this batch, sent at its end.
@@ -669,6 +672,7 @@ impl Mux {
             lens: Vec::with_capacity(rx_batch),
             tx_buf: vec![0; 65536],
             scan: Vec::new(),
+            moved: Vec::new(),
             engine: None,
             handler_tx: HandlerTx {
                 outbox: Outbox::new(config.handlers.sends, slot),
@@ -1468,6 +1472,9 @@ impl Mux {
         self.scan.clear();
         self.scan.extend(self.endpoints.keys().copied());
         let quantum = self.config.quantum as u64;
+        // Frames go to the link one at a time (each checked on its own copy),
+        // and into the kernel with one kick for the lot.
+        self.link.cork();
         'rounds: while budget > 0 {
             let mut any = false;
             for &id in &self.scan {
@@ -1496,8 +1503,8 @@ impl Mux {
                 // earns another round: a ring that errs or a completion
                 // ring that is full must not keep the scan spinning.
                 any |= turn.moved || turn.short;
-                if turn.moved {
-                    let _ = e.ep.upcall.notify_if_sleeping();
+                if turn.moved && !self.moved.contains(&id) {
+                    self.moved.push(id);
                 }
                 if let Some(err) = turn.link_error {
                     link_err = Some(err);
@@ -1509,6 +1516,15 @@ impl Mux {
             }
             if !any {
                 break;
+            }
+        }
+        if let Err(err) = self.link.uncork() {
+            link_err.get_or_insert(err);
+        }
+        // After the kick: waking an application first could delay it.
+        for id in self.moved.drain(..) {
+            if let Some(e) = self.endpoints.get(&id) {
+                let _ = e.ep.upcall.notify_if_sleeping();
             }
         }
         match link_err {
