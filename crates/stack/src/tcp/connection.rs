@@ -2820,7 +2820,7 @@ impl Connection {
             let sb = checksum::copy_and_sum(db, b);
             (hl + len, send::combine(sa, a.len(), sb))
         } else {
-            let sum = send::sum(a, b);
+            let sum = self.send_buf.sum(data.clone());
             out.pieces = self.send_buf.reference(data);
             debug_assert!(out.pieces.is_some(), "data beyond the space of a copy");
             (hl, sum)

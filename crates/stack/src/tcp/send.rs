@@ -72,7 +72,15 @@ struct Ring {
     /// No byte before this position is referenced: the least of `head` and
     /// `in_flight`, or less (it is raised only when room runs short).
     pinned: u64,
+    /// The sum ([`checksum::sum`]) of each whole block of [`BLOCK`] bytes of
+    /// the memory, as far as this lap has written it: taken when the bytes
+    /// are written (and still in the cache), so that a segment's checksum
+    /// adds these and reads only its two ends.
+    sums: Vec<u16>,
 }
+
+/// The block of [`Ring::sums`]: a segment reads up to a block at either end.
+const BLOCK: usize = 128;
 
 impl Ring {
     fn size(&self) -> usize {
@@ -93,6 +101,37 @@ impl Ring {
         let bytes = self.mem.bytes();
         let (a, b) = self.split(range);
         (&bytes[a.0..a.0 + a.1], &bytes[b.0..b.0 + b.1])
+    }
+
+    /// Retakes the sums of the blocks that bytes `at..end` of the memory, just
+    /// written, fall in (each from its start, which this lap wrote before).
+    fn update_sums(&mut self, at: usize, end: usize) {
+        let bytes = self.mem.bytes();
+        let full = self.sums.len();
+        for k in at / BLOCK..end.div_ceil(BLOCK).min(full) {
+            let from = k * BLOCK;
+            self.sums[k] = checksum::sum(&bytes[from..(from + BLOCK).min(end)]);
+        }
+    }
+
+    /// The sum of memory bytes `at..end` (no wrap), as if they began at an
+    /// even offset: the whole blocks inside from their sums, the ends read.
+    fn piece_sum(&self, at: usize, end: usize) -> u16 {
+        let bytes = self.mem.bytes();
+        let first = at.div_ceil(BLOCK);
+        let last = (end / BLOCK).min(self.sums.len());
+        if first >= last {
+            return checksum::sum(&bytes[at..end]);
+        }
+        let head = checksum::sum(&bytes[at..first * BLOCK]);
+        // Blocks start at even offsets of the memory, and the tail after
+        // whole blocks does too: they add as they are.
+        let rest = self.sums[first..last]
+            .iter()
+            .fold(checksum::sum(&bytes[last * BLOCK..end]), |acc, &s| {
+                checksum::add(acc, s)
+            });
+        combine(head, first * BLOCK - at, rest)
     }
 
     /// `range` (offsets from the head) as (index, length) in the memory: before
@@ -119,12 +158,14 @@ impl SendBuffer {
         if self.len() > 0 || mem.bytes().is_empty() || matches!(self.store, Store::Lent(_)) {
             return Err(mem);
         }
+        let size = mem.bytes().len();
         self.store = Store::Lent(Ring {
             mem,
             head: 0,
             len: 0,
             in_flight: VecDeque::new(),
             pinned: 0,
+            sums: vec![0; size / BLOCK],
         });
         Ok(())
     }
@@ -166,6 +207,8 @@ impl SendBuffer {
                 let (a, _) = r.split(r.len..r.len + n);
                 r.mem.write(a.0, &data[..a.1]);
                 r.mem.write(0, &data[a.1..n]);
+                r.update_sums(a.0, a.0 + a.1);
+                r.update_sums(0, n - a.1);
                 r.len += n;
                 n
             }
@@ -197,6 +240,26 @@ impl SendBuffer {
                 (&a[in_a], &b[in_b])
             }
             Store::Lent(r) => r.slices(range),
+        }
+    }
+
+    /// The sum ([`checksum::sum`]) of bytes `range` (offsets from the oldest),
+    /// as a segment's data: in lent memory mostly from the sums taken when
+    /// the bytes were written.
+    pub fn sum(&self, range: std::ops::Range<usize>) -> u16 {
+        match &self.store {
+            Store::Heap(_) => {
+                let (a, b) = self.slices(range);
+                sum(a, b)
+            }
+            Store::Lent(r) => {
+                let (a, b) = r.split(range);
+                combine(
+                    r.piece_sum(a.0, a.0 + a.1),
+                    a.1,
+                    r.piece_sum(b.0, b.0 + b.1),
+                )
+            }
         }
     }
 
@@ -362,6 +425,37 @@ mod tests {
         assert_eq!(b.references(), 0);
         assert_eq!(b.push(b"xyz", 100), 3);
         assert_eq!(bytes(&b, 0..7), b"4567xyz");
+    }
+
+    proptest::proptest! {
+        /// A segment's sum from the block sums equals the sum of its bytes,
+        /// whatever the ring's size, the writes, the acknowledgments and the
+        /// range (across the wrap, at odd offsets).
+        #[test]
+        fn sums_from_blocks_match_the_bytes(
+            size in 1usize..700,
+            steps in proptest::collection::vec((0usize..400, 0usize..300, 0usize..400, 0usize..400), 1..40),
+        ) {
+            let mut b = lent(size);
+            let mut heap = SendBuffer::new();
+            let mut next = 0u8;
+            for (write, ack, from, n) in steps {
+                let data: Vec<u8> = (0..write).map(|_| { next = next.wrapping_mul(31).wrapping_add(7); next }).collect();
+                let took = b.push(&data, usize::MAX);
+                proptest::prop_assert_eq!(heap.push(&data[..took], usize::MAX), took);
+                let len = b.len();
+                if len > 0 {
+                    let from = from % len;
+                    let end = from + n % (len - from + 1);
+                    let want = checksum::sum(&bytes(&heap, from..end));
+                    proptest::prop_assert_eq!(b.sum(from..end), want);
+                    proptest::prop_assert_eq!(heap.sum(from..end), want);
+                }
+                let ack = ack.min(len);
+                b.drain(ack);
+                heap.drain(ack);
+            }
+        }
     }
 
     #[test]
