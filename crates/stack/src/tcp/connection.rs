@@ -2812,9 +2812,9 @@ impl Connection {
         self.stats.segments_sent += 1;
         let hl = repr.header_len();
         let len = data.len();
-        let (a, b) = self.send_buf.slices(data.clone());
         let (written, sum) = if hl + len <= out.buf.len() {
             // Copied, the sums taken in the copy.
+            let (a, b) = self.send_buf.slices(data.clone());
             let (da, db) = out.buf[hl..hl + len].split_at_mut(a.len());
             let sa = checksum::copy_and_sum(da, a);
             let sb = checksum::copy_and_sum(db, b);

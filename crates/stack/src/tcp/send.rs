@@ -69,9 +69,6 @@ struct Ring {
     /// Stream positions where the data of each segment referenced and not yet
     /// done starts, in the order sent.
     in_flight: VecDeque<u64>,
-    /// No byte before this position is referenced: the least of `head` and
-    /// `in_flight`, or less (it is raised only when room runs short).
-    pinned: u64,
     /// The sum ([`checksum::sum`]) of each whole block of [`BLOCK`] bytes of
     /// the memory, as far as this lap has written it: taken when the bytes
     /// are written (and still in the cache), so that a segment's checksum
@@ -87,13 +84,12 @@ impl Ring {
         self.mem.bytes().len()
     }
 
-    /// Bytes that may be written now without touching a referenced one.
-    fn writable(&mut self) -> usize {
-        let used = |r: &Ring| (r.head + r.len as u64 - r.pinned) as usize;
-        if used(self) == self.size() || self.pinned < self.head {
-            self.pinned = self.in_flight.iter().copied().fold(self.head, u64::min);
-        }
-        self.size() - used(self)
+    /// Bytes that may be written now without touching a referenced one: the
+    /// ring from the end of the data round to the oldest byte held, queued
+    /// or referenced.
+    fn writable(&self) -> usize {
+        let oldest = self.in_flight.iter().copied().fold(self.head, u64::min);
+        self.size() - (self.head + self.len as u64 - oldest) as usize
     }
 
     /// Bytes `range` (offsets from the head) as the two slices of the ring.
@@ -164,7 +160,6 @@ impl SendBuffer {
             head: 0,
             len: 0,
             in_flight: VecDeque::new(),
-            pinned: 0,
             sums: vec![0; size / BLOCK],
         });
         Ok(())
@@ -186,10 +181,7 @@ impl SendBuffer {
         let room = limit.saturating_sub(self.len());
         match &self.store {
             Store::Heap(_) => room,
-            Store::Lent(r) => {
-                let pinned = r.in_flight.iter().copied().fold(r.head, u64::min);
-                room.min(r.size() - (r.head + r.len as u64 - pinned) as usize)
-            }
+            Store::Lent(r) => room.min(r.writable()),
         }
     }
 

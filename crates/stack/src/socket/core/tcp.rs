@@ -27,7 +27,7 @@ use exonet_shm::control::PROTO_TCP;
 use exonet_shm::{Desc, Part, INLINE_MAX};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::tcp::flags;
-use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
+use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr, WireError};
 
 use super::{segment_bytes_mut, write_eth, Held, Inner, Kind, Sock, ETH_LEN, IP_LEN};
 use crate::ipv4_rx::{DstKind, Ipv4Datagram};
@@ -1019,21 +1019,21 @@ impl Inner {
                 return;
             }
         };
-        let mtu = self.path_mtu(dst, now).min(frame_size - ETH_LEN);
+        let route = Route {
+            channel,
+            local,
+            dst,
+            ttl,
+            mac,
+            mtu: self.path_mtu(dst, now).min(frame_size - ETH_LEN),
+        };
         if self.conn(id).is_some_and(|c| c.conn.sends_by_reference()) {
-            let route = Route {
-                channel,
-                local,
-                dst,
-                ttl,
-                mac,
-                mtu,
-            };
             if self.tcp_flush_referenced(id, now, &route) {
                 let _ = self.kick.notify_if_sleeping();
             }
             return;
         }
+        let mtu = route.mtu;
         let mut pushed = false;
         loop {
             if self.tx.outstanding() >= self.tx.entries() {
@@ -1061,18 +1061,10 @@ impl Inner {
                 self.tx_pool.push(b);
                 break;
             };
-            let mut ip = Ipv4Repr::new(*local.ip(), dst, protocol::TCP, n);
-            ip.ttl = ttl;
-            ip.ident = self.ident;
-            // Segments are cut to the path MTU (RFC 9293 §3.7.1 via the MSS), so
-            // they need no fragmenting, as Linux sends them.
-            ip.dont_frag = true;
-            self.ident = self.ident.wrapping_add(1);
-            if ip.emit(&mut buf[ETH_LEN..]).is_err() {
+            if self.tcp_headers(buf, &route, n).is_err() {
                 self.tx_pool.push(b);
                 break;
             }
-            write_eth(buf, mac.unwrap_or([0; 6]), self.info.mac);
             let len = ETH_LEN + IP_LEN + n;
             let Some(_) = mac else {
                 // Held until the neighbour answers; more than the cache holds
@@ -1135,14 +1127,8 @@ impl Inner {
             };
             let slot = c.slot;
             let data = pieces.map_or(0, |p| p.len());
-            let mut ip = Ipv4Repr::new(*r.local.ip(), r.dst, protocol::TCP, n + data);
-            ip.ttl = r.ttl;
-            ip.ident = self.ident;
-            ip.dont_frag = true;
-            self.ident = self.ident.wrapping_add(1);
-            ip.emit(&mut head[ETH_LEN..])
+            self.tcp_headers(&mut head, r, n + data)
                 .expect("a header of a segment cut to the path MTU");
-            write_eth(&mut head, r.mac.unwrap_or([0; 6]), self.info.mac);
             let len = ETH_LEN + IP_LEN + n;
             let Some(_) = r.mac else {
                 // Held whole until the neighbour answers: a copy, so the
@@ -1202,6 +1188,26 @@ impl Inner {
             }
         }
         pushed
+    }
+
+    /// Writes the Ethernet and IPv4 headers of a TCP segment of `tcp_len`
+    /// bytes along `r` into the front of `frame`.
+    fn tcp_headers(
+        &mut self,
+        frame: &mut [u8],
+        r: &Route,
+        tcp_len: usize,
+    ) -> Result<(), WireError> {
+        let mut ip = Ipv4Repr::new(*r.local.ip(), r.dst, protocol::TCP, tcp_len);
+        ip.ttl = r.ttl;
+        ip.ident = self.ident;
+        // Segments are cut to the path MTU (RFC 9293 §3.7.1 via the MSS), so
+        // they need no fragmenting, as Linux sends them.
+        ip.dont_frag = true;
+        self.ident = self.ident.wrapping_add(1);
+        ip.emit(&mut frame[ETH_LEN..])?;
+        write_eth(frame, r.mac.unwrap_or([0; 6]), self.info.mac);
+        Ok(())
     }
 
     fn tcp_reference_unsent(&mut self, id: usize) {
