@@ -625,7 +625,6 @@ pub struct Mux {
     slot: usize,
     arena: Vec<u8>,
     lens: Vec<usize>,
-    tx_buf: Vec<u8>,
     scan: Vec<EndpointId>,
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
@@ -670,7 +669,6 @@ impl Mux {
             slot,
             arena: vec![0; slot * rx_batch],
             lens: Vec::with_capacity(rx_batch),
-            tx_buf: vec![0; 65536],
             scan: Vec::new(),
             moved: Vec::new(),
             engine: None,
@@ -1492,7 +1490,6 @@ impl Mux {
                     e,
                     &mut self.channels,
                     &mut *self.link,
-                    &mut self.tx_buf,
                     &mut budget,
                     &mut self.host.idents,
                     &mut clock,
@@ -1962,14 +1959,13 @@ fn tx_turn(
     e: &mut Endpoint,
     channels: &mut IdMap<Channel>,
     link: &mut dyn Link,
-    buf: &mut [u8],
     budget: &mut usize,
     idents: &mut Idents,
     clock: &mut Option<Instant>,
 ) -> Turn {
     let mut turn = Turn::default();
     let layout = *e.ep.frames.layout();
-    let max_len = link.max_frame_len().min(buf.len());
+    let max_len = link.max_frame_len();
     // The rings move a batch at a time: one index load and one index store
     // per batch on each ring, not per frame.
     'batches: while *budget > 0 {
@@ -2023,58 +2019,78 @@ fn tx_turn(
                 Err(Malformed::Desc) => e.stats.tx_bad_desc += 1,
                 Err(Malformed::Chain) => e.stats.tx_bad_chain += 1,
                 Ok(_) => {
-                    // Checked above, so this cannot fail; an empty frame
-                    // would fail every template anyway.
-                    let len = f
-                        .gather(&e.ep.tx, done, &e.ep.frames, buf)
-                        .unwrap_or_default();
-                    // The checks run on the gathered copy: no part can
-                    // change after them, or slip past them.
-                    let frame = &mut buf[..len];
-                    match channels.get_mut(&f.head().channel) {
-                        Some(ch) if ch.endpoint == id => {
-                            let check = check_tx(ch, frame, idents, clock);
-                            if let Err(Refusal::Template) = check {
+                    // The frame is gathered straight into the link's buffer,
+                    // which only the multiplexer can write: the checks run on
+                    // that copy, so no part can change after them, or slip
+                    // past them. A refused frame gives its buffer back.
+                    let mut offered = false;
+                    let mut sent_len = None;
+                    let link_max = link.max_frame_len();
+                    let r = link.send_with(&mut |out| {
+                        if offered {
+                            return None;
+                        }
+                        offered = true;
+                        // Checked above, so this cannot fail; an empty frame
+                        // would fail every template anyway.
+                        let len = f
+                            .gather(&e.ep.tx, done, &e.ep.frames, out)
+                            .unwrap_or_default();
+                        let frame = &mut out[..len];
+                        let Some(ch) = channels
+                            .get_mut(&f.head().channel)
+                            .filter(|ch| ch.endpoint == id)
+                        else {
+                            e.stats.tx_bad_channel += 1;
+                            return None;
+                        };
+                        match check_tx(ch, frame, idents, clock) {
+                            Err(Refusal::Template) => {
                                 e.stats.tx_template_mismatch += 1;
                                 ch.stats.tx_template_mismatch += 1;
-                            } else if let Err(Refusal::NoHead) = check {
+                                return None;
+                            }
+                            Err(Refusal::NoHead) => {
                                 e.stats.tx_frag_no_head += 1;
                                 ch.stats.tx_frag_no_head += 1;
-                            } else if frame.len() < exonet_link::MIN_FRAME_LEN
-                                || frame.len() > link.max_frame_len()
-                            {
-                                // The link would take it and drop it; say so.
-                                e.stats.tx_link_error += 1;
-                            } else {
-                                match link.send_batch(&[frame]) {
-                                    Ok(0) => {
-                                        // Not taken: the descriptors stay
-                                        // for the next scan.
-                                        turn.link_full = true;
-                                        break;
-                                    }
-                                    Ok(_) => {
-                                        rejected = false;
-                                        e.stats.tx_frames += 1;
-                                        e.stats.tx_bytes += len as u64;
-                                        ch.stats.tx_frames += 1;
-                                        ch.stats.tx_bytes += len as u64;
-                                        turn.sent += 1;
-                                        if let Some(conn) = &mut ch.conn {
-                                            if !conn.on_sent(frame) {
-                                                ch.stats.tcp_malformed += 1;
-                                            }
-                                        }
-                                    }
-                                    Err(err) => {
-                                        e.stats.tx_link_error += 1;
-                                        turn.link_error = Some(err);
-                                        stop = true;
-                                    }
-                                }
+                                return None;
+                            }
+                            Ok(()) => {}
+                        }
+                        if len < exonet_link::MIN_FRAME_LEN || len > link_max {
+                            // The link would take it and drop it; say so.
+                            e.stats.tx_link_error += 1;
+                            return None;
+                        }
+                        ch.stats.tx_frames += 1;
+                        ch.stats.tx_bytes += len as u64;
+                        if let Some(conn) = &mut ch.conn {
+                            if !conn.on_sent(frame) {
+                                ch.stats.tcp_malformed += 1;
                             }
                         }
-                        _ => e.stats.tx_bad_channel += 1,
+                        sent_len = Some(len);
+                        Some(len)
+                    });
+                    if let Some(len) = sent_len {
+                        // Taken: sent, or lost by the link as on a cable.
+                        rejected = false;
+                        e.stats.tx_frames += 1;
+                        e.stats.tx_bytes += len as u64;
+                        turn.sent += 1;
+                    }
+                    match r {
+                        Ok(_) if !offered => {
+                            // No room: the descriptors stay for the next scan.
+                            turn.link_full = true;
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            e.stats.tx_link_error += 1;
+                            turn.link_error = Some(err);
+                            stop = true;
+                        }
                     }
                 }
             }
