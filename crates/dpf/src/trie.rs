@@ -633,13 +633,22 @@ impl Dpf {
             if !(node.is_leaf() && node.accepts.is_empty()) {
                 break;
             }
+            // The edge to `n` is the rule's step into it: remove that key
+            // alone (a connection's port under a disjunction of thousands
+            // must not cost a walk over all of them).
             let p = &mut self.nodes[parent];
-            for d in &mut p.disjs {
-                d.keys.retain(|_, c| *c != n);
+            match &r.canon.steps[w - 1] {
+                Step::Test(a) if a.op == Op::Eq => {
+                    if let Some(k) = p.disjs.iter().position(|d| d.field == a.field) {
+                        p.disjs[k].keys.remove(&a.value);
+                        if p.disjs[k].keys.is_empty() {
+                            p.disjs.remove(k);
+                        }
+                    }
+                }
+                Step::Test(_) => p.tests.retain(|(_, c)| *c != n),
+                Step::Shift(_) => p.shifts.retain(|(_, c)| *c != n),
             }
-            p.disjs.retain(|d| !d.keys.is_empty());
-            p.tests.retain(|(_, c)| *c != n);
-            p.shifts.retain(|(_, c)| *c != n);
             self.free.push(n);
             // Nodes below the table live only in its slots; the table's
             // own node and those above it have code.
