@@ -4,7 +4,14 @@
 //! A control thread accepts applications on a Unix `SOCK_SEQPACKET` socket,
 //! learns each peer's uid from `SO_PEERCRED`, decodes requests and queues
 //! them for the multiplexer thread, which runs them between two batches
-//! ([`Daemon::run`]) and answers. Nothing in a request is trusted: the
+//! ([`Daemon::run`]) and writes the answers on the application's socket
+//! itself, so that a request costs a wake-up of each thread and no more.
+//! A connection has at most [`MAX_QUEUED`] jobs queued; while it has that
+//! many its socket is not read. Answers keep the order of the requests:
+//! one the control thread makes (hello, a message that does not decode)
+//! is queued behind the connection's jobs when it has any. An answer the
+//! application's socket cannot take (it does not read them) cuts its
+//! connection, which is then reclaimed. Nothing in a request is trusted: the
 //! endpoint or channel it names must belong to the connection that sends
 //! it, the segment is validated when mapped, the doorbells must be datagram
 //! sockets, and each connection has limits. An application's endpoints,
@@ -17,10 +24,9 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use exonet_dpf::Filter;
 use exonet_shm::control::{
@@ -92,8 +98,25 @@ impl StopHandle {
     }
 }
 
+/// Most jobs one connection has queued for the multiplexer thread: a
+/// client may send requests ahead (unanswered ones, above all), but cannot
+/// grow the queue beyond this.
+pub const MAX_QUEUED: u32 = 4;
+
+/// What both threads hold of one connection.
+struct ConnShared {
+    /// Read by the control thread, answered by the multiplexer thread.
+    sock: SeqPacket,
+    /// Jobs of this connection queued and not yet done.
+    queued: AtomicU32,
+    /// Set by the multiplexer thread when the socket took no more answers:
+    /// the connection is being closed.
+    cut: AtomicBool,
+}
+
 struct Job {
     conn: u64,
+    shared: Arc<ConnShared>,
     kind: JobKind,
 }
 
@@ -102,9 +125,38 @@ enum JobKind {
         cred: PeerCred,
         req: Request,
         fds: Vec<OwnedFd>,
-        reply: mpsc::SyncSender<Reply>,
+        /// Whether the application waits for the answer.
+        answer: bool,
     },
+    /// An answer the control thread made, due after the connection's
+    /// queued jobs.
+    Reply(Reply),
     Closed,
+}
+
+/// The control thread's end of the job queue.
+struct Jobs {
+    tx: mpsc::Sender<Job>,
+    /// Jobs sent and not yet taken; the multiplexer looks at it before it
+    /// sleeps.
+    pending: Arc<AtomicUsize>,
+    /// Set while the multiplexer thread sleeps (or is about to): only then
+    /// does a job ring its doorbell.
+    sleeping: Arc<AtomicBool>,
+    bell: Arc<Doorbell>,
+}
+
+impl Jobs {
+    fn send(&self, job: Job) {
+        // SeqCst pairs with `Daemon::run`: either it sees the job pending,
+        // or this sees it sleeping and rings.
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        // Fails only when the multiplexer thread is gone: nobody to serve.
+        let _ = self.tx.send(job);
+        if self.sleeping.load(Ordering::SeqCst) {
+            let _ = self.bell.signal();
+        }
+    }
 }
 
 /// What one connection holds.
@@ -154,10 +206,22 @@ pub struct Daemon {
     mux: Mux,
     config: DaemonConfig,
     jobs: mpsc::Receiver<Job>,
-    /// Rung by the control thread after queueing a job, and by a stop.
+    /// See [`Jobs`].
+    pending: Arc<AtomicUsize>,
+    sleeping: Arc<AtomicBool>,
+    /// Rung by the control thread after queueing a job while we sleep,
+    /// and by a stop.
     bell: Arc<Doorbell>,
+    /// Rung for the control thread when a connection that had
+    /// [`MAX_QUEUED`] jobs may be read again.
+    control_bell: Arc<Doorbell>,
     stop: StopHandle,
     conns: HashMap<u64, Holdings>,
+    /// Unanswered requests refused: only counted, as nobody waits to hear.
+    unanswered_refused: u64,
+    /// Connections cut because their socket took no more answers (counted
+    /// when reclaimed).
+    connections_cut: u64,
     control: Option<JoinHandle<()>>,
 }
 
@@ -181,20 +245,33 @@ impl Daemon {
             stop: Arc::new(AtomicBool::new(false)),
             bell: bell.clone(),
         };
+        let control_bell = Arc::new(Doorbell::new()?);
         let (tx, jobs) = mpsc::channel();
+        let queue = Jobs {
+            tx,
+            pending: Arc::new(AtomicUsize::new(0)),
+            sleeping: Arc::new(AtomicBool::new(false)),
+            bell: bell.clone(),
+        };
+        let (pending, sleeping) = (queue.pending.clone(), queue.sleeping.clone());
         let thread_stop = stop.clone();
-        let thread_bell = bell.clone();
+        let thread_bell = control_bell.clone();
         let limits = (config.max_connections, config.max_connections_per_uid);
         let control = std::thread::Builder::new()
             .name("exonet-control".into())
-            .spawn(move || control_loop(listener, tx, thread_bell, thread_stop, limits))?;
+            .spawn(move || control_loop(listener, queue, thread_bell, thread_stop, limits))?;
         Ok(Daemon {
             mux,
             config,
             jobs,
+            pending,
+            sleeping,
             bell,
+            control_bell,
             stop,
             conns: HashMap::new(),
+            unanswered_refused: 0,
+            connections_cut: 0,
             control: Some(control),
         })
     }
@@ -259,11 +336,20 @@ impl Daemon {
             if !idle.should_sleep(work) {
                 continue;
             }
-            let bell = self.bell.clone();
-            self.mux
-                .wait_also(self.config.run.latency, &[bell.as_fd()])?;
-            // Jobs are taken from the queue, not counted by rings.
-            let _ = bell.drain();
+            // The control thread rings only while this is set; a job it
+            // queued before it could see the flag is seen pending here.
+            self.sleeping.store(true, Ordering::SeqCst);
+            if self.pending.load(Ordering::SeqCst) == 0 {
+                let bell = self.bell.clone();
+                if self
+                    .mux
+                    .wait_also(self.config.run.latency, &[bell.as_fd()])?
+                {
+                    // Jobs are taken from the queue, not counted by rings.
+                    let _ = bell.drain();
+                }
+            }
+            self.sleeping.store(false, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -272,26 +358,64 @@ impl Daemon {
     pub fn serve_jobs(&mut self) -> usize {
         let mut n = 0;
         while let Ok(job) = self.jobs.try_recv() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
             n += 1;
-            match job.kind {
-                JobKind::Closed => self.reclaim(job.conn),
-                JobKind::Request {
-                    cred,
-                    req,
-                    fds,
-                    reply,
-                } => {
-                    let r = match self.execute(job.conn, cred, req, fds) {
-                        Ok(r) => r,
-                        Err((code, message)) => Reply::Error { code, message },
-                    };
-                    // The control thread may have given up waiting; then
-                    // nobody wants the answer.
-                    let _ = reply.send(r);
-                }
-            }
+            self.serve(job);
         }
         n
+    }
+
+    fn serve(&mut self, job: Job) {
+        let shared = job.shared;
+        let reply = match job.kind {
+            JobKind::Closed => {
+                self.connections_cut += u64::from(shared.cut.load(Ordering::Acquire));
+                return self.reclaim(job.conn);
+            }
+            // A cut connection's remaining requests are not run: it is
+            // about to be reclaimed, and nobody would hear the answers.
+            _ if shared.cut.load(Ordering::Acquire) => None,
+            JobKind::Reply(r) => Some(r),
+            JobKind::Request {
+                cred,
+                req,
+                fds,
+                answer,
+            } => match (self.execute(job.conn, cred, req, fds), answer) {
+                (Ok(r), true) => Some(r),
+                (Err((code, message)), true) => Some(Reply::Error { code, message }),
+                (Ok(_), false) => None,
+                (Err(_), false) => {
+                    self.unanswered_refused += 1;
+                    None
+                }
+            },
+        };
+        if let Some(r) = reply {
+            self.answer(&shared, &r);
+        }
+        // The control thread stopped reading a connection with its fill of
+        // jobs; it learns of room only by this ring.
+        if shared.queued.fetch_sub(1, Ordering::AcqRel) == MAX_QUEUED {
+            let _ = self.control_bell.signal();
+        }
+    }
+
+    /// Writes an answer without blocking. A socket that cannot take it (the
+    /// application does not read its answers) is cut: the application reads
+    /// end of stream, and the control thread closes it. Any other failure
+    /// is a peer gone, which the control thread sees by itself.
+    fn answer(&self, shared: &ConnShared, reply: &Reply) {
+        match shared.sock.send(&reply.encode(), &[]) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                shared.cut.store(true, Ordering::Release);
+                // Wakes the control thread's poll on this socket, and keeps
+                // the application from sending more.
+                let _ = shared.sock.shutdown();
+                let _ = self.control_bell.signal();
+            }
+            _ => {}
+        }
     }
 
     /// Everything a closed connection held goes back.
@@ -594,6 +718,12 @@ impl Daemon {
                     ("rx_unmatched", s.rx_unmatched),
                     ("rx_truncated", s.rx_truncated),
                     ("connections", self.conns.len() as u64),
+                    (
+                        "control_queued",
+                        self.pending.load(Ordering::Relaxed) as u64,
+                    ),
+                    ("unanswered_refused", self.unanswered_refused),
+                    ("connections_cut", self.connections_cut),
                 ]),
             },
         ];
@@ -694,63 +824,79 @@ pub(crate) fn refused(e: MuxError) -> (ErrorCode, String) {
     (code, e.to_string())
 }
 
-/// How long the control thread waits for the multiplexer to answer one
-/// request.
-const JOB_TIMEOUT: Duration = Duration::from_secs(5);
-
 struct Conn {
     id: u64,
-    sock: SeqPacket,
+    shared: Arc<ConnShared>,
     cred: PeerCred,
     hello: bool,
 }
 
-/// The control thread: accepts, reads requests, hands them to the
-/// multiplexer thread and writes the answers. Every socket is non-blocking,
-/// so no application can stall it by not reading.
+fn pollin(fd: libc::c_int) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// The control thread: accepts, reads requests and hands them to the
+/// multiplexer thread, which answers them. Every socket is non-blocking,
+/// so no application can stall it by not reading; a connection with
+/// [`MAX_QUEUED`] jobs is not read until the multiplexer rings `wake`.
 fn control_loop(
     listener: SeqListener,
-    jobs: mpsc::Sender<Job>,
-    bell: Arc<Doorbell>,
+    jobs: Jobs,
+    wake: Arc<Doorbell>,
     stop: StopHandle,
     (max_connections, max_per_uid): (usize, usize),
 ) {
     let mut conns: Vec<Conn> = Vec::new();
     let mut next = 0u64;
     let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut fds = Vec::new();
+    // Which connection each pollfd after the first two is.
+    let mut polled = Vec::new();
     while !stop.stopped() {
-        let mut fds = vec![libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        fds.extend(conns.iter().map(|c| libc::pollfd {
-            fd: c.sock.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }));
+        fds.clear();
+        polled.clear();
+        fds.push(pollin(listener.as_raw_fd()));
+        fds.push(pollin(wake.as_fd().as_raw_fd()));
+        for (i, c) in conns.iter().enumerate() {
+            if c.shared.queued.load(Ordering::Acquire) < MAX_QUEUED
+                || c.shared.cut.load(Ordering::Acquire)
+            {
+                fds.push(pollin(c.shared.sock.as_raw_fd()));
+                polled.push(i);
+            }
+        }
         // SAFETY: `fds` is a live array of `fds.len()` pollfds.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
         if r <= 0 {
             continue;
         }
+        if fds[1].revents != 0 {
+            // Rings only say "look again", which the next round does.
+            let _ = wake.drain();
+        }
         let mut closed = Vec::new();
-        for (i, p) in fds.iter().enumerate().skip(1) {
+        for (p, &i) in fds[2..].iter().zip(&polled) {
             if p.revents == 0 {
                 continue;
             }
-            let c = &mut conns[i - 1];
-            if !serve_conn(c, &mut buf, &jobs, &bell) {
-                closed.push(c.id);
+            let c = &mut conns[i];
+            if !serve_conn(c, &mut buf, &jobs) {
+                closed.push(i);
             }
         }
-        for id in closed {
-            conns.retain(|c| c.id != id);
-            let _ = jobs.send(Job {
-                conn: id,
+        // Highest index first, so that the others stay put.
+        for i in closed.into_iter().rev() {
+            let c = conns.swap_remove(i);
+            // After the connection's queued jobs, by the queue's order.
+            jobs.send(Job {
+                conn: c.id,
+                shared: c.shared,
                 kind: JobKind::Closed,
             });
-            let _ = bell.signal();
         }
         if fds[0].revents != 0 {
             while let Ok(sock) = listener.accept() {
@@ -765,7 +911,11 @@ fn control_loop(
                 }
                 conns.push(Conn {
                     id: next,
-                    sock,
+                    shared: Arc::new(ConnShared {
+                        sock,
+                        queued: AtomicU32::new(0),
+                        cut: AtomicBool::new(false),
+                    }),
                     cred,
                     hello: false,
                 });
@@ -773,57 +923,64 @@ fn control_loop(
             }
         }
     }
-    // Dropping `conns` closes every connection: applications see
-    // "disconnected".
+    // Dropping `conns` (and the multiplexer dropping its jobs) closes every
+    // connection: applications see "disconnected".
 }
 
-/// Reads and answers one request; false when the connection is to be
-/// closed (the peer hung up, or broke the protocol at the socket level).
-fn serve_conn(c: &mut Conn, buf: &mut [u8], jobs: &mpsc::Sender<Job>, bell: &Doorbell) -> bool {
-    let (n, fds) = match c.sock.recv(buf) {
+/// Reads one request and queues it, or answers it here; false when the
+/// connection is to be closed (the peer hung up, broke the protocol at the
+/// socket level, or was cut).
+fn serve_conn(c: &mut Conn, buf: &mut [u8], jobs: &Jobs) -> bool {
+    if c.shared.cut.load(Ordering::Acquire) {
+        return false;
+    }
+    let (n, fds) = match c.shared.sock.recv(buf) {
         Ok((0, _)) => return false,
         Ok(x) => x,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             // Cut message or too many descriptors: refuse, keep serving.
-            return answer(c, &bad_reply("message too long or too many descriptors"));
+            return answer(
+                c,
+                jobs,
+                bad_reply("message too long or too many descriptors"),
+            );
         }
         Err(_) => return false,
     };
     let reply = match Request::decode(&buf[..n]) {
         Err(e) => bad_reply(&e.to_string()),
-        Ok(Request::Hello { .. }) => {
+        Ok((Request::Hello { .. }, _)) => {
             c.hello = true;
             Reply::Hello {
                 version: CONTROL_VERSION,
             }
         }
         Ok(_) if !c.hello => bad_reply("say hello first"),
-        Ok(req) => {
-            let (tx, rx) = mpsc::sync_channel(1);
-            let queued = jobs
-                .send(Job {
-                    conn: c.id,
-                    kind: JobKind::Request {
-                        cred: c.cred,
-                        req,
-                        fds,
-                        reply: tx,
-                    },
-                })
-                .is_ok();
-            let _ = bell.signal();
-            let deadline = Instant::now() + JOB_TIMEOUT;
-            match queued.then(|| rx.recv_timeout(deadline - Instant::now())) {
-                Some(Ok(r)) => r,
-                _ => Reply::Error {
-                    code: ErrorCode::Unavailable,
-                    message: "the multiplexer did not answer".into(),
+        Ok((req, answer)) => {
+            queue(
+                c,
+                jobs,
+                JobKind::Request {
+                    cred: c.cred,
+                    req,
+                    fds,
+                    answer,
                 },
-            }
+            );
+            return true;
         }
     };
-    answer(c, &reply)
+    answer(c, jobs, reply)
+}
+
+fn queue(c: &Conn, jobs: &Jobs, kind: JobKind) {
+    c.shared.queued.fetch_add(1, Ordering::AcqRel);
+    jobs.send(Job {
+        conn: c.id,
+        shared: c.shared.clone(),
+        kind,
+    });
 }
 
 fn bad_reply(why: &str) -> Reply {
@@ -833,8 +990,25 @@ fn bad_reply(why: &str) -> Reply {
     }
 }
 
-/// Sends a reply; an application whose socket cannot take it (it does not
-/// read its replies) loses its connection.
-fn answer(c: &Conn, reply: &Reply) -> bool {
-    c.sock.send(&reply.encode(), &[]).is_ok()
+/// Sends an answer made by this thread after those of the connection's
+/// queued jobs: now if it has none (each job's answer is written before
+/// the job stops counting), else queued behind them. False when the
+/// connection is to be closed: the peer is gone, or its socket cannot take
+/// the answer (it does not read them), which cuts it as the multiplexer
+/// would.
+fn answer(c: &Conn, jobs: &Jobs, reply: Reply) -> bool {
+    if c.shared.queued.load(Ordering::Acquire) == 0 {
+        match c.shared.sock.send(&reply.encode(), &[]) {
+            Ok(()) => true,
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    c.shared.cut.store(true, Ordering::Release);
+                }
+                false
+            }
+        }
+    } else {
+        queue(c, jobs, JobKind::Reply(reply));
+        true
+    }
 }

@@ -689,3 +689,201 @@ fn handler_installs_over_the_socket_are_checked() {
         Ok(Reply::Ok)
     ));
 }
+
+fn mux_record(c: &mut Client) -> Record {
+    records(c, "mux").remove(0)
+}
+
+/// An unbind nobody waits for is done before the connection's next
+/// request: the port is free for it with no round trip in between.
+#[test]
+fn an_unanswered_unbind_frees_the_port_before_the_next_request() {
+    let d = TestDaemon::start("unbind-async");
+    let mut a = d.client();
+    let (ep, _app, _) = endpoint(&mut a);
+    for round in 0..20 {
+        let (ch, _) = a
+            .bind_socket(ep, PROTO_TCP, (HOST, 7200), Some((PEER, 80)))
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        a.unbind_async(ch).unwrap();
+    }
+    let (ch, _) = a.bind_socket(ep, PROTO_UDP, (HOST, 7201), None).unwrap();
+    a.unbind_async(ch).unwrap();
+    // Another connection finds it free once this one has had an answer
+    // since.
+    let mut b = d.client();
+    let (eb, _app_b, _) = endpoint(&mut b);
+    a.info().unwrap();
+    b.bind_socket(eb, PROTO_UDP, (HOST, 7201), None).unwrap();
+    assert_eq!(records(&mut a, "channel").len(), 1);
+    assert_eq!(mux_record(&mut a).get("unanswered_refused"), Some(0));
+}
+
+/// An unanswered unbind of a channel the connection does not own changes
+/// nothing for the owner; it is counted, and the sender's connection goes
+/// on with its answers in step.
+#[test]
+fn an_unanswered_unbind_of_another_channel_is_counted_and_ignored() {
+    let d = TestDaemon::start("unbind-async-hostile");
+    let mut a = d.client();
+    let mut b = d.client();
+    let (ea, _app_a, _) = endpoint(&mut a);
+    let (cha, _) = a.bind_socket(ea, PROTO_UDP, (HOST, 7210), None).unwrap();
+    let (eb, _app_b, _) = endpoint(&mut b);
+    b.unbind_async(cha).unwrap();
+    b.unbind_async(12345).unwrap();
+    b.post(&Request::DestroyEndpoint { endpoint: ea }).unwrap();
+    // b's next answer is its own, not a refusal of those.
+    assert_eq!(
+        refused(b.bind_socket(eb, PROTO_UDP, (HOST, 7210), None)),
+        ErrorCode::PortInUse
+    );
+    let (chb, _) = b.bind_socket(eb, PROTO_UDP, (HOST, 7211), None).unwrap();
+    assert_ne!(chb, cha);
+    assert_eq!(mux_record(&mut b).get("unanswered_refused"), Some(3));
+    assert_eq!(records(&mut a, "channel").len(), 2);
+    assert_eq!(records(&mut a, "endpoint").len(), 2);
+    // a's channel still works, and is still a's to unbind.
+    a.unbind(cha).unwrap();
+}
+
+/// Requests sent ahead without reading are answered in order, whether the
+/// multiplexer thread answers them (Info, refusals) or the control thread
+/// (hello, what does not decode), and the unanswered one not at all.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let d = TestDaemon::start("pipeline");
+    let (s, mut buf) = raw(&d);
+    let hello = Request::Hello { version: 2 }.encode();
+    assert!(matches!(
+        ask(&s, &mut buf, &hello, &[]),
+        Reply::Hello { .. }
+    ));
+    let unbind = Request::Unbind { channel: 999 };
+    let sent: Vec<Vec<u8>> = vec![
+        Request::Info.encode(),
+        vec![0xff],
+        unbind.encode(),
+        unbind.encode_unanswered().unwrap(),
+        hello.clone(),
+        Request::Stats { from: 0 }.encode(),
+        vec![5, 1],
+        Request::Info.encode(),
+        Request::DestroyEndpoint { endpoint: 3 }.encode(),
+        hello,
+    ];
+    for round in 0..20 {
+        for m in &sent {
+            s.send(m, &[]).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..sent.len() - 1 {
+            let (n, _) = s.recv(&mut buf).unwrap();
+            assert!(n > 0, "round {round}: the daemon hung up");
+            got.push(match Reply::decode(&buf[..n]).unwrap() {
+                Reply::Info { .. } => "info".to_string(),
+                Reply::Hello { .. } => "hello".to_string(),
+                Reply::Stats { .. } => "stats".to_string(),
+                Reply::Error { code, .. } => format!("{code:?}"),
+                other => format!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            got,
+            [
+                "info",
+                "BadRequest",
+                "NoSuchChannel",
+                "hello",
+                "stats",
+                "BadRequest",
+                "info",
+                "NoSuchEndpoint",
+                "hello"
+            ],
+            "round {round}"
+        );
+    }
+    let mut c = d.client();
+    assert_eq!(mux_record(&mut c).get("unanswered_refused"), Some(20));
+}
+
+/// A client that sends requests and never reads the answers cannot block
+/// the multiplexer nor grow its queue: its connection is cut once its
+/// socket takes no more answers, and reclaimed; others are served all
+/// along.
+#[test]
+fn a_client_that_reads_no_answers_is_cut_and_reclaimed() {
+    let d = TestDaemon::start("flood");
+    let mut other = d.client();
+    let (s, mut buf) = raw(&d);
+    let hello = Request::Hello { version: 2 }.encode();
+    assert!(matches!(
+        ask(&s, &mut buf, &hello, &[]),
+        Reply::Hello { .. }
+    ));
+    // The flooder's endpoint, reclaimed with it.
+    let seg = Segment::create(&small_segment()).unwrap();
+    let bells = exonet_shm::Doorbells::new().unwrap();
+    let (app_rx, app_tx) = bells.app.fds();
+    let (mux_rx, mux_tx) = bells.mux.fds();
+    let create = Request::CreateEndpoint.encode();
+    let fds = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx];
+    assert!(matches!(
+        ask(&s, &mut buf, &create, &fds),
+        Reply::Endpoint { .. }
+    ));
+    s.set_nonblocking(true).unwrap();
+    let stats = Request::Stats { from: 0 }.encode();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sent = 0u64;
+    let mut most_queued = 0;
+    loop {
+        assert!(Instant::now() < deadline, "never cut after {sent} requests");
+        match s.send(&stats, &[]) {
+            Ok(()) => sent += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Served meanwhile; the flood's jobs are few at any time.
+                let queued = mux_record(&mut other).get("control_queued").unwrap();
+                most_queued = most_queued.max(queued);
+            }
+            // Cut: the daemon shut the connection.
+            Err(_) => break,
+        }
+    }
+    assert!(
+        most_queued <= u64::from(exonet_mux::control::MAX_QUEUED),
+        "{most_queued} jobs queued"
+    );
+    until("the flooder is reclaimed", || {
+        mux_record(&mut other).get("connections_cut") == Some(1)
+    });
+    assert_eq!(mux_record(&mut other).get("connections"), Some(1));
+    assert!(records(&mut other, "endpoint").is_empty());
+    // What it reads is answers, then end of stream; "reset" once, as the
+    // daemon closed with requests unread.
+    s.set_nonblocking(false).unwrap();
+    let mut answers = 0;
+    let mut resets = 0;
+    loop {
+        let n = match s.recv(&mut buf) {
+            Ok((n, _)) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && resets == 0 => {
+                resets += 1;
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        if n == 0 {
+            break;
+        }
+        assert!(matches!(
+            Reply::decode(&buf[..n]).unwrap(),
+            Reply::Stats { .. }
+        ));
+        answers += 1;
+    }
+    assert!(answers > 0 && answers < sent, "{answers} of {sent}");
+    let (e, _app, _) = endpoint(&mut other);
+    other.bind_socket(e, PROTO_UDP, (HOST, 7220), None).unwrap();
+}

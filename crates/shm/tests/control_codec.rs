@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use exonet_shm::control::{
-    Below, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE,
+    Below, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, NO_REPLY,
     STATS_PAGE,
 };
 use proptest::prelude::*;
@@ -134,7 +134,7 @@ proptest! {
     #[test]
     fn requests_round_trip(r in request()) {
         let bytes = r.encode();
-        prop_assert_eq!(Request::decode(&bytes), Ok(r));
+        prop_assert_eq!(Request::decode(&bytes), Ok((r.clone(), true)));
         // Every proper prefix is refused, and so is any trailing byte.
         for cut in 0..bytes.len() {
             prop_assert!(Request::decode(&bytes[..cut]).is_err());
@@ -142,6 +142,21 @@ proptest! {
         let mut longer = bytes.clone();
         longer.push(0);
         prop_assert!(Request::decode(&longer).is_err());
+        // Without a reply: the same request, flagged; refused on a request
+        // whose reply carries something.
+        let mut flagged = bytes.clone();
+        flagged[0] |= NO_REPLY;
+        match r.encode_unanswered() {
+            Some(unanswered) => {
+                prop_assert!(r.may_go_unanswered());
+                prop_assert_eq!(&unanswered, &flagged);
+                prop_assert_eq!(Request::decode(&unanswered), Ok((r, false)));
+            }
+            None => {
+                prop_assert!(!r.may_go_unanswered());
+                prop_assert!(Request::decode(&flagged).is_err());
+            }
+        }
     }
 
     #[test]
@@ -192,4 +207,28 @@ fn declared_lengths_beyond_the_limits_are_refused() {
     bytes[n - 6] = 1;
     bytes.truncate(n - 1);
     assert!(Request::decode(&bytes).is_err());
+}
+
+#[test]
+fn only_requests_answered_by_ok_go_unanswered() {
+    let unbind = Request::Unbind { channel: 7 };
+    let bytes = unbind.encode_unanswered().unwrap();
+    assert_eq!(bytes[0], 7 | NO_REPLY);
+    assert_eq!(Request::decode(&bytes), Ok((unbind, false)));
+    for r in [
+        Request::Hello { version: 2 },
+        Request::Info,
+        Request::CreateEndpoint,
+        Request::Stats { from: 0 },
+        Request::AllocatePort {
+            endpoint: 0,
+            proto: 6,
+            port: 0,
+        },
+    ] {
+        assert_eq!(r.encode_unanswered(), None, "{r:?}");
+        let mut b = r.encode();
+        b[0] |= NO_REPLY;
+        assert!(Request::decode(&b).is_err(), "{r:?}");
+    }
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 pub use msg::{
     Below, DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
     MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST, MAX_PIPE_LISTS,
-    MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, PROTO_ICMP, PROTO_TCP, PROTO_UDP, STATS_PAGE,
+    MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, NO_REPLY, PROTO_ICMP, PROTO_TCP, PROTO_UDP,
+    STATS_PAGE,
 };
 pub use sock::{connect_or_remove_dead, PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
@@ -294,6 +295,26 @@ impl Client {
 
     pub fn unbind(&mut self, channel: u32) -> Result<(), ControlError> {
         self.expect_ok(&Request::Unbind { channel })
+    }
+
+    /// Unbinds without waiting: the multiplexer does it before any later
+    /// request of this connection, and only counts a refusal.
+    pub fn unbind_async(&mut self, channel: u32) -> Result<(), ControlError> {
+        self.post(&Request::Unbind { channel })
+    }
+
+    /// Sends a request the multiplexer does not answer
+    /// ([`Request::may_go_unanswered`]; an `InvalidInput` error for another):
+    /// it runs before any later request of this connection, and a refusal
+    /// is only counted, in the multiplexer's "mux" record.
+    pub fn post(&mut self, req: &Request) -> Result<(), ControlError> {
+        let bytes = req.encode_unanswered().ok_or_else(|| {
+            ControlError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{req:?} has a reply to wait for"),
+            ))
+        })?;
+        Ok(self.sock.send(&bytes, &[])?)
     }
 
     /// Holds a port for channels bound with raw filters (0: ephemeral).

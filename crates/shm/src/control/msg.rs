@@ -6,12 +6,24 @@
 //! decoder checks every length against what is left and against the
 //! protocol's limits, and refuses trailing bytes: a message either decodes
 //! exactly or is an error.
+//!
+//! A request's kind byte may carry [`NO_REPLY`]: the sender goes on without
+//! waiting, and the multiplexer answers nothing, whether the request succeeds
+//! or is refused (it counts refusals); only a message that does not decode,
+//! or comes before [`Request::Hello`], is answered with an error, as the
+//! sender broke the protocol. Requests keep their order on a connection
+//! either way, so a later request sees an earlier unanswered one done.
 
 use std::fmt;
 use std::net::Ipv4Addr;
 
-/// Version of the protocol, exchanged in [`Request::Hello`].
-pub const CONTROL_VERSION: u32 = 1;
+/// Version of the protocol, exchanged in [`Request::Hello`]. 2: requests
+/// without a reply ([`NO_REPLY`]).
+pub const CONTROL_VERSION: u32 = 2;
+/// Set in a request's kind byte: the multiplexer sends no reply. Only on
+/// requests whose success is a bare [`Reply::Ok`]
+/// ([`Request::may_go_unanswered`]); the decoder refuses it elsewhere.
+pub const NO_REPLY: u8 = 0x80;
 /// Largest message either side sends or accepts.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 /// Most filters one channel binds (a disjunction).
@@ -344,6 +356,30 @@ impl<'a> Dec<'a> {
 }
 
 impl Request {
+    /// Whether the request may be sent with [`NO_REPLY`]: its success tells
+    /// the sender nothing it needs (a [`Reply::Ok`]).
+    pub fn may_go_unanswered(&self) -> bool {
+        matches!(
+            self,
+            Request::DestroyEndpoint { .. }
+                | Request::Unbind { .. }
+                | Request::ReleasePort { .. }
+                | Request::SetWeight { .. }
+                | Request::RemoveHandler { .. }
+        )
+    }
+
+    /// The request with [`NO_REPLY`]; `None` for a request whose reply
+    /// carries something ([`may_go_unanswered`](Self::may_go_unanswered)).
+    pub fn encode_unanswered(&self) -> Option<Vec<u8>> {
+        self.may_go_unanswered().then(|| {
+            let mut b = self.encode();
+            b[0] |= NO_REPLY;
+            b
+        })
+    }
+
+    /// The request as sent by one who waits for the reply.
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         match self {
@@ -420,9 +456,12 @@ impl Request {
         e.0
     }
 
-    pub fn decode(b: &[u8]) -> Result<Request, DecodeError> {
+    /// A request and whether its sender waits for the reply (false: it was
+    /// sent with [`NO_REPLY`]).
+    pub fn decode(b: &[u8]) -> Result<(Request, bool), DecodeError> {
         let mut d = Dec(b);
-        let r = match d.u8()? {
+        let kind = d.u8()?;
+        let r = match kind & !NO_REPLY {
             1 => Request::Hello { version: d.u32()? },
             2 => Request::Info,
             3 => Request::CreateEndpoint,
@@ -521,7 +560,13 @@ impl Request {
             _ => return Err(DecodeError("unknown request")),
         };
         d.end()?;
-        Ok(r)
+        let answered = kind & NO_REPLY == 0;
+        if !answered && !r.may_go_unanswered() {
+            return Err(DecodeError(
+                "a request whose reply carries data sent without reply",
+            ));
+        }
+        Ok((r, answered))
     }
 }
 

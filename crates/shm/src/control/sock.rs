@@ -405,6 +405,14 @@ impl SeqPacket {
         set_nonblocking(self.fd.as_fd(), on)
     }
 
+    /// Shuts both directions: the peer reads end of stream and can send no
+    /// more, while this socket stays open (and pollable) until dropped.
+    pub fn shutdown(&self) -> io::Result<()> {
+        // SAFETY: plain syscall on our descriptor.
+        cvt(unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) })?;
+        Ok(())
+    }
+
     /// Whether the peer has closed its end (checked without blocking).
     pub fn peer_closed(&self) -> bool {
         let mut p = libc::pollfd {
