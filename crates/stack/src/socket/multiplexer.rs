@@ -32,6 +32,12 @@ pub trait Multiplexer: Send {
     ) -> io::Result<(u32, u16)>;
     /// Removes a channel.
     fn unbind(&mut self, channel: u32) -> io::Result<()>;
+    /// Removes a channel without waiting to hear how it went: done before
+    /// anything asked later, and a refusal is the multiplexer's to count.
+    /// Saves a round trip where nothing hangs on the answer.
+    fn unbind_async(&mut self, channel: u32) -> io::Result<()> {
+        self.unbind(channel)
+    }
     /// Installs a handler (ASH) on a channel, replacing any it had.
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()>;
     /// Removes a channel's handler.
@@ -80,6 +86,10 @@ impl Multiplexer for Client {
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {
         Ok(Client::unbind(self, channel)?)
+    }
+
+    fn unbind_async(&mut self, channel: u32) -> io::Result<()> {
+        Ok(Client::unbind_async(self, channel)?)
     }
 
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()> {

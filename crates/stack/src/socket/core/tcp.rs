@@ -632,8 +632,10 @@ impl Inner {
         self.tcp.unbinds.retain(|&(_, mark)| mark > taken);
         let mut m = self.control();
         for ch in due {
-            // The multiplexer may be gone already; then everything is reclaimed.
-            let _ = m.unbind(ch);
+            // Nothing waits on the answer: a later bind of the port comes
+            // after it anyway. The multiplexer may be gone already; then
+            // everything is reclaimed.
+            let _ = m.unbind_async(ch);
         }
     }
 
