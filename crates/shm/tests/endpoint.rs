@@ -682,6 +682,20 @@ fn doorbell_never_blocks() {
     assert!(!e.drain().unwrap());
 }
 
+/// A drain empties the queue whatever the number of rings in it, batch
+/// boundaries included.
+#[test]
+fn doorbell_drains_every_ring() {
+    let e = Doorbell::new().unwrap();
+    for rings in [1, 15, 16, 17, 33] {
+        for _ in 0..rings {
+            e.signal().unwrap();
+        }
+        assert!(e.drain().unwrap(), "{rings} rings");
+        assert!(!e.drain().unwrap(), "{rings} rings left some");
+    }
+}
+
 #[test]
 fn in_process_split() {
     let (mut app, mut mux) = Segment::create(&small()).unwrap().split().unwrap();
