@@ -405,8 +405,10 @@ fn check_timeout(t: Option<Duration>) -> io::Result<()> {
 pub(crate) enum Wait {
     /// Return `WouldBlock` at once.
     NonBlocking,
-    /// Until then (`WouldBlock` after, as std's sockets on Unix).
-    Until(Instant),
+    /// For this long from the call's first look (`WouldBlock` after, as
+    /// std's sockets on Unix); that look's clock read starts it, so a call
+    /// that need not wait reads the clock once.
+    Within(Duration),
     Forever,
 }
 
@@ -414,9 +416,7 @@ impl Wait {
     pub(crate) fn new(nonblocking: bool, timeout: Option<Duration>) -> Wait {
         match (nonblocking, timeout) {
             (true, _) => Wait::NonBlocking,
-            (false, Some(t)) => Instant::now()
-                .checked_add(t)
-                .map_or(Wait::Forever, Wait::Until),
+            (false, Some(t)) => Wait::Within(t),
             (false, None) => Wait::Forever,
         }
     }
@@ -486,10 +486,11 @@ impl Shared {
         wait: Wait,
         mut ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
-        let spin_until = Instant::now() + self.busy_poll;
         let _waiting = Waiting::enter(&self.waiting);
         self.drive()?;
         let mut g = self.lock();
+        // Set by the first round's clock read, when the call has to wait.
+        let mut limits: Option<(Option<Instant>, Instant)> = None;
         loop {
             // One clock read per round: the cores' time is derived from it.
             let t = Instant::now();
@@ -498,15 +499,22 @@ impl Shared {
             if let Some(r) = ready(&mut g) {
                 return r;
             }
+            let (until, spin_until) = *limits.get_or_insert_with(|| {
+                let until = match wait {
+                    Wait::Within(d) => t.checked_add(d),
+                    _ => None,
+                };
+                (until, t + self.busy_poll)
+            });
             let until = match wait {
                 Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
-                Wait::Until(d) if t >= d => {
+                Wait::Within(_) if until.is_some_and(|d| t >= d) => {
                     return Err(io::Error::new(
                         io::ErrorKind::WouldBlock,
                         "timed out (the socket's timeout passed)",
                     ))
                 }
-                Wait::Until(d) => Some(d),
+                Wait::Within(_) => until,
                 Wait::Forever => None,
             };
             if t < spin_until {

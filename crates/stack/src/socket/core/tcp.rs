@@ -408,6 +408,7 @@ impl Inner {
     }
 
     /// Reads received data: `None` while there is none and the stream goes on.
+    /// Runs right after a pump, whose clock it goes by.
     pub fn tcp_read(&mut self, id: usize, buf: &mut [u8], peek: bool) -> Option<io::Result<usize>> {
         if let Some(e) = self.sock_mut(id).error.take() {
             return Some(Err(e.into()));
@@ -424,8 +425,7 @@ impl Inner {
         if n > 0 {
             if !peek {
                 // Reading may open the window: tell the peer now.
-                let now = self.now();
-                self.tcp_after(id, now);
+                self.tcp_after(id, self.clock);
             }
             return Some(Ok(n));
         }
@@ -434,7 +434,7 @@ impl Inner {
     }
 
     /// Queues data to send: `None` while the send buffer is full or the
-    /// handshake goes on.
+    /// handshake goes on. Runs right after a pump, whose clock it goes by.
     pub fn tcp_write(&mut self, id: usize, data: &[u8]) -> Option<io::Result<usize>> {
         if let Some(e) = self.sock_mut(id).error.take() {
             return Some(Err(e.into()));
@@ -457,8 +457,7 @@ impl Inner {
                 if n == 0 {
                     return None;
                 }
-                let now = self.now();
-                self.tcp_after(id, now);
+                self.tcp_after(id, self.clock);
                 Some(Ok(n))
             }
             _ => Some(Err(io::Error::new(
