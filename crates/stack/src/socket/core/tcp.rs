@@ -913,12 +913,18 @@ impl Inner {
     /// Answers the connections marked in this pump, and unbinds what is due.
     pub(super) fn tcp_transmit_dirty(&mut self, now: Time) {
         if !self.tcp.dirty.is_empty() {
-            for id in std::mem::take(&mut self.tcp.dirty) {
+            let mut dirty = std::mem::take(&mut self.tcp.dirty);
+            for &id in &dirty {
                 if let Some(c) = conn_in(&mut self.sockets, id) {
                     c.dirty = false;
                     self.tcp_after(id, now);
                 }
             }
+            // The list keeps its capacity (a pump would allocate it again
+            // otherwise); marks made meanwhile stay on it.
+            dirty.clear();
+            dirty.append(&mut self.tcp.dirty);
+            self.tcp.dirty = dirty;
         }
         self.tcp_unbind_due();
     }
