@@ -1061,6 +1061,10 @@ impl Inner {
                 self.tx_pool.push(b);
                 break;
             };
+            if !c.conn.may_transmit() {
+                self.tx_pool.push(b);
+                break;
+            }
             let Some(n) = c
                 .conn
                 .poll_transmit(now, &mut buf[ETH_LEN + IP_LEN..ETH_LEN + mtu])
@@ -1126,6 +1130,10 @@ impl Inner {
             let Some(c) = conn_in(&mut self.sockets, id) else {
                 break;
             };
+            // The usual end of the loop, told without building a segment.
+            if !c.conn.may_transmit() {
+                break;
+            }
             let Some((n, pieces)) =
                 c.conn
                     .poll_transmit_referenced(now, &mut head[ETH_LEN + IP_LEN..], r.mtu - IP_LEN)
