@@ -134,6 +134,8 @@ pub(crate) struct Conn {
     ended: bool,
     /// The send area's slot its send buffer is in.
     slot: Option<usize>,
+    /// `TcpTable::tuples` maps its 4-tuple (the socket's local and peer) to it.
+    tupled: bool,
 }
 
 impl Conn {
@@ -150,6 +152,7 @@ impl Conn {
             unanswered: 0,
             ended: false,
             slot: None,
+            tupled: false,
         }
     }
 
@@ -355,7 +358,7 @@ impl Inner {
         s.peer = Some(remote);
         s.tcp = Some(TcpSock::Conn(Box::new(Conn::new(conn, None, send_buffer))));
         let id = self.add_socket(s);
-        self.tcp.tuples.insert((local, remote), id);
+        self.tcp_file(local, remote, id);
         self.tcp.stats.connects += 1;
         self.tcp_after(id, now);
         Ok(id)
@@ -657,7 +660,19 @@ impl Inner {
         self.tcp.stats.segments += 1;
         let local = SocketAddrV4::new(dg.dst, repr.dst_port);
         let remote = SocketAddrV4::new(dg.src, repr.src_port);
-        if let Some(&cid) = self.tcp.tuples.get(&(local, remote)) {
+        // The connection is nearly always the channel's own socket: found
+        // without hashing the 4-tuple.
+        let own = self.sock_opt(id).is_some_and(|s| {
+            s.local == local
+                && s.peer == Some(remote)
+                && matches!(s.tcp.as_ref(), Some(TcpSock::Conn(c)) if c.tupled)
+        });
+        let found = if own {
+            Some(id)
+        } else {
+            self.tcp.tuples.get(&(local, remote)).copied()
+        };
+        if let Some(cid) = found {
             self.tcp_segment(cid, &repr, now);
             return;
         }
@@ -768,8 +783,21 @@ impl Inner {
             send_buffer,
         ))));
         let id = self.insert_socket(s);
-        self.tcp.tuples.insert((local, remote), id);
+        self.tcp_file(local, remote, id);
         id
+    }
+
+    /// Files connection `id` under its 4-tuple; one it displaces is found by
+    /// the tuple no more.
+    fn tcp_file(&mut self, local: SocketAddrV4, remote: SocketAddrV4, id: usize) {
+        if let Some(old) = self.tcp.tuples.insert((local, remote), id) {
+            if let Some(c) = conn_in(&mut self.sockets, old) {
+                c.tupled = false;
+            }
+        }
+        if let Some(c) = conn_in(&mut self.sockets, id) {
+            c.tupled = true;
+        }
     }
 
     /// Answers a SYN for listener `lid`, whose SYN queue is full, with a SYN
@@ -990,6 +1018,9 @@ impl Inner {
                 if self.tcp.tuples.get(&key) == Some(&id) {
                     self.tcp.tuples.remove(&key);
                 }
+            }
+            if let Some(c) = self.conn_mut(id) {
+                c.tupled = false;
             }
         }
         if gone {
