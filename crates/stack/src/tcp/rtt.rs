@@ -5,20 +5,26 @@ use std::time::Duration;
 
 /// Clock granularity G of RFC 6298 §2: time here is in nanoseconds, but the RTO
 /// should not collapse onto SRTT when samples barely vary.
-const GRANULARITY: Duration = Duration::from_millis(1);
+const GRANULARITY: u64 = 1_000_000;
 /// Most doublings kept; 2^16 × any RTO is far past every sensible maximum.
 const MAX_BACKOFF: u32 = 16;
 
-/// RTO state of one connection.
+/// RTO state of one connection, in nanoseconds: a sample per ACK divides them
+/// as integers, where `Duration`'s division carries seconds and nanoseconds
+/// apart (twice the divisions).
 #[derive(Debug, Clone)]
 pub(crate) struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    srtt: Option<u64>,
+    rttvar: u64,
     /// The RTO computed from the samples, before backoff and the bounds.
-    rto: Duration,
+    rto: u64,
     backoff: u32,
-    min: Duration,
-    max: Duration,
+    min: u64,
+    max: u64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl RttEstimator {
@@ -26,26 +32,28 @@ impl RttEstimator {
     pub(crate) fn new(initial: Duration, min: Duration, max: Duration) -> Self {
         RttEstimator {
             srtt: None,
-            rttvar: Duration::ZERO,
-            rto: initial,
+            rttvar: 0,
+            rto: nanos(initial),
             backoff: 0,
-            min,
-            max,
+            min: nanos(min),
+            max: nanos(max),
         }
     }
 
     /// The current timeout: computed, doubled per backoff, bounded by [min, max]
     /// (RFC 6298 §2.4, §2.5, §5.5).
     pub(crate) fn rto(&self) -> Duration {
-        self.rto
-            .max(self.min)
-            .saturating_mul(1 << self.backoff)
-            .min(self.max)
+        Duration::from_nanos(
+            self.rto
+                .max(self.min)
+                .saturating_mul(1 << self.backoff)
+                .min(self.max),
+        )
     }
 
     /// The smoothed round-trip time, once measured.
     pub(crate) fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        self.srtt.map(Duration::from_nanos)
     }
 
     /// Takes a sample `r` of a segment that was not retransmitted (Karn's algorithm,
@@ -60,21 +68,23 @@ impl RttEstimator {
     /// window's worth of samples moves the estimate as much as RFC 6298's one per RTT
     /// would. `expected` = 1 is plain RFC 6298 §2.3.
     pub(crate) fn sample_weighted(&mut self, r: Duration, expected: u32) {
-        let n = expected.max(1);
-        match self.srtt {
+        let n = u64::from(expected.max(1));
+        let r = nanos(r);
+        let srtt = match self.srtt {
             // RFC 6298 §2.2.
             None => {
-                self.srtt = Some(r);
                 self.rttvar = r / 2;
+                r
             }
             // RFC 6298 §2.3, with alpha = 1/8 and beta = 1/4 (over n, RFC 7323 §4.2).
             Some(srtt) => {
                 let err = srtt.abs_diff(r);
                 self.rttvar = self.rttvar - self.rttvar / (4 * n) + err / (4 * n);
-                self.srtt = Some(srtt - srtt / (8 * n) + r / (8 * n));
+                srtt - srtt / (8 * n) + r / (8 * n)
             }
-        }
-        self.rto = self.srtt.unwrap_or(r) + GRANULARITY.max(self.rttvar * 4);
+        };
+        self.srtt = Some(srtt);
+        self.rto = srtt.saturating_add(GRANULARITY.max(self.rttvar.saturating_mul(4)));
         self.backoff = 0;
     }
 
@@ -86,7 +96,7 @@ impl RttEstimator {
     /// Starts over from `rto` without backoff (RFC 6298 §5.7: 3 s once the handshake
     /// completes if the SYN had to be retransmitted; Karn left no sample).
     pub(crate) fn reinitialize(&mut self, rto: Duration) {
-        self.rto = rto;
+        self.rto = nanos(rto);
         self.backoff = 0;
     }
 }
