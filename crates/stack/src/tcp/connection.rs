@@ -2647,11 +2647,17 @@ impl Connection {
         }
     }
 
+    /// Whether [`Connection::sack_blocks`] may find any: false on nearly
+    /// every segment, which then skips building them.
+    fn may_sack(&self) -> bool {
+        self.sack_ok && (self.dsack.is_some() || !self.sack_recent.is_empty())
+    }
+
     /// The SACK blocks to send (RFC 2018 §4): the runs beyond a hole that hold the
     /// latest arrivals, newest first, as many as fit beside the timestamps.
     fn sack_blocks(&self) -> SackBlocks {
         let mut blocks = [None; MAX_SACK_BLOCKS];
-        if !self.sack_ok || (self.dsack.is_none() && self.sack_recent.is_empty()) {
+        if !self.may_sack() {
             return blocks;
         }
         // 40 option bytes: 12 of timestamps leave room for 3 blocks of 8 beside the
@@ -2687,6 +2693,9 @@ impl Connection {
     /// NOPs.
     fn options_len(&self) -> usize {
         let ts = if self.ts_ok { TS_OPTION_LEN } else { 0 };
+        if !self.may_sack() {
+            return ts;
+        }
         match self.sack_blocks().iter().flatten().count() {
             0 => ts,
             n => ts + 4 + 8 * n,
@@ -2747,8 +2756,12 @@ impl Connection {
                 push(ts);
             }
         } else if f & flags::RST == 0 {
-            let blocks = self.sack_blocks();
-            if blocks[0].is_none() || f & flags::ACK == 0 {
+            let blocks = if self.may_sack() && f & flags::ACK != 0 {
+                self.sack_blocks()
+            } else {
+                [None; MAX_SACK_BLOCKS]
+            };
+            if blocks[0].is_none() {
                 // Timestamps alone, or nothing, on nearly every segment: written
                 // as `write_options` would (RFC 7323 Appendix A's layout).
                 if !self.ts_ok {
