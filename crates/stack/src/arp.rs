@@ -249,6 +249,10 @@ impl<F> ArpCache<F> {
 
     /// The earliest time [`ArpCache::due`] has work.
     pub fn next_deadline(&self) -> Option<Time> {
+        // Asked on every pump: with every neighbour resolved, no map walk.
+        if self.unresolved == 0 {
+            return None;
+        }
         self.entries
             .values()
             .filter_map(|e| match e {
