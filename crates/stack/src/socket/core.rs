@@ -407,6 +407,11 @@ impl Inner {
             || (self.tx_blocked && self.tx.outstanding() < self.tx.entries())
     }
 
+    /// Frames wait on the tx ring for the multiplexer.
+    pub fn tx_queued(&self) -> bool {
+        self.tx.outstanding() > 0
+    }
+
     /// The earliest timer of the cores and connections.
     pub fn next_deadline(&self) -> Option<Time> {
         [

@@ -234,9 +234,17 @@ impl TcpStream {
         }
         let shared = self.h.stack().shared();
         let wait = self.h.with(|s| Wait::new(s.nonblocking, s.read_timeout));
-        let n = shared.wait_for(wait, |g| g.tcp_read(self.h.id(), buf, peek))?;
-        // A window update may wait on the ring.
-        shared.drive()?;
+        let mut queued = false;
+        let n = shared.wait_for(wait, |g| {
+            let n = g.tcp_read(self.h.id(), buf, peek);
+            queued = g.tx_queued();
+            n
+        })?;
+        // A window update may wait on the ring; nearly always nothing does,
+        // and the multiplexer is not run for nothing.
+        if queued {
+            shared.drive()?;
+        }
         Ok(n)
     }
 
