@@ -400,6 +400,18 @@ fn check_timeout(t: Option<Duration>) -> io::Result<()> {
     Ok(())
 }
 
+/// What a blocking call's first look at the stack follows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// A run of an in-process multiplexer: what it has for the stack is
+    /// seen at once (a read's data).
+    AfterDriving,
+    /// The rings as they are: a call that can nearly always go ahead (a
+    /// write with room) spares the multiplexer's run; it runs if the call
+    /// has to wait.
+    AsTheyAre,
+}
+
 /// When a blocking call gives up.
 #[derive(Clone, Copy)]
 pub(crate) enum Wait {
@@ -484,13 +496,28 @@ impl Shared {
     pub(crate) fn wait_for<T>(
         &self,
         wait: Wait,
+        ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
+        self.wait_with(Look::AfterDriving, |_| wait, ready)
+    }
+
+    /// [`Shared::wait_for`] with the wait told by the stack's state (a
+    /// socket's mode and timeout), asked only if the call has to wait, and
+    /// the first look taken as `look` says.
+    pub(crate) fn wait_with<T>(
+        &self,
+        look: Look,
+        wait: impl FnOnce(&Inner) -> Wait,
         mut ready: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _waiting = Waiting::enter(&self.waiting);
-        self.drive()?;
+        if look == Look::AfterDriving {
+            self.drive()?;
+        }
         let mut g = self.lock();
+        let mut wait = Some(wait);
         // Set by the first round's clock read, when the call has to wait.
-        let mut limits: Option<(Option<Instant>, Instant)> = None;
+        let mut limits: Option<(Wait, Option<Instant>, Instant)> = None;
         loop {
             // One clock read per round: the cores' time is derived from it.
             let t = Instant::now();
@@ -499,13 +526,15 @@ impl Shared {
             if let Some(r) = ready(&mut g) {
                 return r;
             }
-            let (until, spin_until) = *limits.get_or_insert_with(|| {
-                let until = match wait {
+            if let Some(how) = wait.take() {
+                let how = how(&g);
+                let until = match how {
                     Wait::Within(d) => t.checked_add(d),
                     _ => None,
                 };
-                (until, t + self.busy_poll)
-            });
+                limits = Some((how, until, t + self.busy_poll));
+            }
+            let (wait, until, spin_until) = limits.expect("set in the first round");
             let until = match wait {
                 Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
                 Wait::Within(_) if until.is_some_and(|d| t >= d) => {

@@ -4,7 +4,8 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use super::{v4, Handle, Stack, Wait};
+use super::core::Inner;
+use super::{v4, Handle, Look, Stack, Wait};
 use crate::tcp::{Keepalive, TcpConfig, TcpState, TcpStats};
 
 /// Listeners queue this many connections unless told otherwise (Linux's
@@ -233,10 +234,14 @@ impl TcpStream {
             return Ok(0);
         }
         let shared = self.h.stack().shared();
-        let wait = self.h.with(|s| Wait::new(s.nonblocking, s.read_timeout));
+        let id = self.h.id();
+        let wait = |g: &Inner| {
+            let s = g.sock(id);
+            Wait::new(s.nonblocking, s.read_timeout)
+        };
         let mut queued = false;
-        let n = shared.wait_for(wait, |g| {
-            let n = g.tcp_read(self.h.id(), buf, peek);
+        let n = shared.wait_with(Look::AfterDriving, wait, |g| {
+            let n = g.tcp_read(id, buf, peek);
             queued = g.tx_queued();
             n
         })?;
@@ -253,8 +258,12 @@ impl TcpStream {
             return Ok(0);
         }
         let shared = self.h.stack().shared();
-        let wait = self.h.with(|s| Wait::new(s.nonblocking, s.write_timeout));
-        let n = shared.wait_for(wait, |g| g.tcp_write(self.h.id(), buf))?;
+        let id = self.h.id();
+        let wait = |g: &Inner| {
+            let s = g.sock(id);
+            Wait::new(s.nonblocking, s.write_timeout)
+        };
+        let n = shared.wait_with(Look::AsTheyAre, wait, |g| g.tcp_write(id, buf))?;
         // In process, the segments leave when the multiplexer next runs: now.
         shared.drive()?;
         Ok(n)
