@@ -185,6 +185,44 @@ fn half_close_and_nonblocking() {
     assert_eq!(c.peek(&mut buf).unwrap(), 0);
 }
 
+/// A read that empties a full receive buffer tells the peer at once (a
+/// window update rides on the read), so the transfer never waits for a
+/// persist probe. One thread: the stacks move only in the sockets' calls.
+#[test]
+fn a_read_that_opens_a_shut_window_updates_the_peer() {
+    let mut config = StackConfig::default();
+    config.tcp.recv_buffer = 4096;
+    config.tcp.recv_buffer_max = 4096;
+    let (sa, sb) = in_process_pair(&config).unwrap();
+    let l = TcpListener::bind(&sb, (B, 9)).unwrap();
+    let mut c = TcpStream::connect(&sa, (B, 9)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    c.set_nonblocking(true).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let data = pattern(64 * 1024, 3);
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut buf = [0u8; 1024];
+    while got.len() < data.len() {
+        if sent < data.len() {
+            match c.write(&data[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) => assert_eq!(e.kind(), ErrorKind::WouldBlock),
+            }
+        }
+        // Moves the client's stack on (the peer's ACKs and updates).
+        assert_eq!(c.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+        loop {
+            match s.read(&mut buf) {
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert_eq!(got, data);
+    assert_eq!(c.info().unwrap().stats.timeouts, 0);
+}
+
 #[test]
 fn poll_over_streams() {
     let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
