@@ -426,8 +426,10 @@ impl Inner {
             c.conn.recv(buf)
         };
         if n > 0 {
-            if !peek {
-                // Reading may open the window: tell the peer now.
+            // Reading may open the window: tell the peer now. It changes
+            // nothing else (the pump before answered and armed everything),
+            // so with nothing to send there is nothing to do.
+            if !peek && c.conn.may_transmit() {
                 self.tcp_after(id, self.clock);
             }
             return Some(Ok(n));
