@@ -99,14 +99,17 @@ impl Ring {
         (&bytes[a.0..a.0 + a.1], &bytes[b.0..b.0 + b.1])
     }
 
-    /// Retakes the sums of the blocks that bytes `at..end` of the memory, just
-    /// written, fall in (each from its start, which this lap wrote before).
+    /// Takes the sums of the blocks that bytes `at..end` of the memory, just
+    /// written, complete (each from its start, which this lap wrote before).
+    /// A block still being filled needs none: only whole blocks inside a
+    /// segment are read from their sums, and the write that completes one
+    /// sums it (small writes would otherwise sum the block again each).
     fn update_sums(&mut self, at: usize, end: usize) {
         let bytes = self.mem.bytes();
         let full = self.sums.len();
-        for k in at / BLOCK..end.div_ceil(BLOCK).min(full) {
+        for k in at / BLOCK..(end / BLOCK).min(full) {
             let from = k * BLOCK;
-            self.sums[k] = checksum::sum(&bytes[from..(from + BLOCK).min(end)]);
+            self.sums[k] = checksum::sum(&bytes[from..from + BLOCK]);
         }
     }
 
