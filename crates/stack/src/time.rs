@@ -29,6 +29,17 @@ impl Time {
     }
 }
 
+/// The earlier of two deadlines, either of which may be unset: deadlines
+/// are combined pairwise with it, not through an iterator over options
+/// (several times the instructions, on paths asked after every event).
+pub(crate) fn earlier(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
 impl Add<Duration> for Time {
     type Output = Time;
 

@@ -21,7 +21,7 @@ use crate::frag::fragment;
 use crate::icmp::{Icmp, IcmpErrorKind, IcmpEvent, IcmpStats, UnreachCode};
 use crate::ipv4_rx::{IfAddr, Ipv4Datagram, Ipv4Rx, Ipv4Stats};
 use crate::reasm::{ReasmStats, Reassembler};
-use crate::time::Time;
+use crate::time::{earlier, Time};
 use crate::udp::UdpStats;
 
 mod send_area;
@@ -414,14 +414,10 @@ impl Inner {
 
     /// The earliest timer of the cores and connections.
     pub fn next_deadline(&self) -> Option<Time> {
-        [
-            self.reasm.next_deadline(),
-            self.arp.next_deadline(),
+        earlier(
+            earlier(self.reasm.next_deadline(), self.arp.next_deadline()),
             self.tcp.next_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        )
     }
 
     pub fn stats(&self) -> StackStats {

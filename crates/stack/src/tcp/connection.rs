@@ -16,6 +16,7 @@ use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::send::{self, Pieces, SendBuffer, SendMemory};
 use super::seq::SeqNum;
+use crate::time::earlier;
 use crate::Time;
 
 /// RFC 9293 §3.7.1: without an MSS option, the peer accepts 536 bytes of data.
@@ -413,15 +414,6 @@ pub(super) fn sack_permitted_option(seg: &TcpRepr) -> bool {
     TcpOptionIter::new(seg.options)
         .map_while(Result::ok)
         .any(|o| matches!(o, TcpOption::SackPermitted))
-}
-
-/// The earlier of two deadlines, either of which may be unset.
-fn earlier(a: Option<Time>, b: Option<Time>) -> Option<Time> {
-    match (a, b) {
-        (Some(x), Some(y)) => Some(x.min(y)),
-        (x, None) => x,
-        (None, y) => y,
-    }
 }
 
 /// The options of a segment on a synchronized connection, read in one pass: the
