@@ -217,7 +217,8 @@ pub(crate) struct Inner {
     by_channel: IdMap<usize>,
     socket_queue: usize,
     ident: u16,
-    epoch: Instant,
+    /// When the cores' time began, on the monotonic clock (nanoseconds).
+    epoch: u64,
     inline: [u8; INLINE_MAX],
     socket_stats: SocketStats,
     udp_stats: UdpStats,
@@ -315,7 +316,7 @@ impl Inner {
             )
         });
         let (rx_bufs, tx_bufs) = buffers.split_at(buffers.len() / 2);
-        let epoch = Instant::now();
+        let epoch = monotonic_nanos();
         let tcp = TcpTable::new(config.tcp.clone())?;
         let mut inner = Inner {
             mux,
@@ -343,7 +344,7 @@ impl Inner {
             socket_queue: config.socket_queue.max(1),
             // Any start will do: the multiplexer assigns the identification of
             // fragmented datagrams itself, since all applications share the address.
-            ident: epoch.elapsed().subsec_nanos() as u16,
+            ident: epoch as u16,
             epoch,
             inline: [0; INLINE_MAX],
             socket_stats: SocketStats::default(),
@@ -360,17 +361,9 @@ impl Inner {
         Ok((inner, app.wake))
     }
 
+    /// The cores' time now.
     pub fn now(&self) -> Time {
-        self.time_at(Instant::now())
-    }
-
-    /// The cores' time at `t`.
-    pub fn time_at(&self, t: Instant) -> Time {
-        Time(t.saturating_duration_since(self.epoch).as_nanos() as u64)
-    }
-
-    pub fn instant_of(&self, t: Time) -> Instant {
-        self.epoch + Duration::from_nanos(t.0)
+        Time(monotonic_nanos().saturating_sub(self.epoch))
     }
 
     /// The multiplexer, for a control request. An in-process one may be asleep
@@ -1246,6 +1239,25 @@ impl Drop for Inner {
         self.tcp_linger();
         self.flush_tx();
     }
+}
+
+/// Nanoseconds on the monotonic clock (`Instant`'s), read directly: a
+/// `Time` made from an `Instant` costs a subtraction of two timespecs and a
+/// 128-bit product besides, in every round of every socket call.
+fn monotonic_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live timespec for the call to write; CLOCK_MONOTONIC
+    // exists on every Linux, so the call cannot fail.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts)
+    };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 fn write_eth(buf: &mut [u8], dst: [u8; 6], src: [u8; 6]) {

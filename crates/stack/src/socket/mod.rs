@@ -38,6 +38,7 @@ use exonet_shm::{Sleeper, Wakeup};
 use crate::arp::ArpConfig;
 use crate::reasm::ReasmConfig;
 use crate::tcp::TcpConfig;
+use crate::time::{earlier, Time};
 
 pub use self::core::{SocketStats, StackStats, TcpSocketStats, TxStats};
 pub use icmp::{Echo, IcmpSocket};
@@ -517,11 +518,10 @@ impl Shared {
         let mut g = self.lock();
         let mut wait = Some(wait);
         // Set by the first round's clock read, when the call has to wait.
-        let mut limits: Option<(Wait, Option<Instant>, Instant)> = None;
+        let mut limits: Option<(Wait, Option<Time>, Time)> = None;
         loop {
-            // One clock read per round: the cores' time is derived from it.
-            let t = Instant::now();
-            let now = g.time_at(t);
+            // One clock read per round, the cores' time.
+            let now = g.now();
             g.pump(now);
             if let Some(r) = ready(&mut g) {
                 return r;
@@ -529,15 +529,15 @@ impl Shared {
             if let Some(how) = wait.take() {
                 let how = how(&g);
                 let until = match how {
-                    Wait::Within(d) => t.checked_add(d),
+                    Wait::Within(d) => Some(now + d),
                     _ => None,
                 };
-                limits = Some((how, until, t + self.busy_poll));
+                limits = Some((how, until, now + self.busy_poll));
             }
             let (wait, until, spin_until) = limits.expect("set in the first round");
             let until = match wait {
                 Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
-                Wait::Within(_) if until.is_some_and(|d| t >= d) => {
+                Wait::Within(_) if until.is_some_and(|d| now >= d) => {
                     return Err(io::Error::new(
                         io::ErrorKind::WouldBlock,
                         "timed out (the socket's timeout passed)",
@@ -546,7 +546,7 @@ impl Shared {
                 Wait::Within(_) => until,
                 Wait::Forever => None,
             };
-            if t < spin_until {
+            if now < spin_until {
                 drop(g);
                 if self.drive()? == 0 {
                     std::hint::spin_loop();
@@ -555,12 +555,8 @@ impl Shared {
                 continue;
             }
             // Sleep no longer than the library's own next timer.
-            let timer = g.next_deadline().map(|d| g.instant_of(d));
-            let until = match (until, timer) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let timeout = until.map(|u| u.saturating_duration_since(t));
+            let until = earlier(until, g.next_deadline());
+            let timeout = until.map(|u| u.saturating_duration_since(now));
             if g.sleeping {
                 // Another thread sleeps on the doorbell and wakes us after it pumps;
                 // the cap covers its leaving without data for us.
