@@ -231,6 +231,18 @@ mod tests {
         }
 
         #[test]
+        fn copy_and_sum_copies_and_sums(buf in proptest::collection::vec(any::<u8>(), 0..300),
+                                        off in 0usize..16) {
+            let s = &buf[off.min(buf.len())..];
+            // Bytes either side of the copy stay as they were.
+            let mut out = vec![0xa5u8; s.len() + 2];
+            let n = s.len();
+            prop_assert_eq!(copy_and_sum(&mut out[1..n + 1], s), sum_reference(s));
+            prop_assert_eq!(&out[1..n + 1], s);
+            prop_assert_eq!((out[0], out[n + 1]), (0xa5, 0xa5));
+        }
+
+        #[test]
         fn combine_equals_whole(buf in proptest::collection::vec(any::<u8>(), 0..600),
                                 split in 0usize..300) {
             let split = (split * 2).min(buf.len() & !1);
