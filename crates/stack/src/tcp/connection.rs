@@ -1183,11 +1183,13 @@ impl Connection {
     /// Header prediction (Van Jacobson; BSD's tcp_input): in ESTABLISHED, the
     /// common segment, the next in sequence with only ACK (and PSH) set, no options
     /// but fresh timestamps, the window unchanged and nothing being resent, is
-    /// either a pure ACK of new data or in-order data acknowledging nothing new.
-    /// Either takes the steps of the general path that can apply to it, and
-    /// skips the checks that cannot fail; the general path stays the reference
-    /// ([`TcpConfig::header_prediction`] switches this off). False if `seg` is not
-    /// such a segment, having changed nothing.
+    /// a pure ACK of new data or in-order data acknowledging nothing new, or
+    /// (as Linux's fast path also takes) in-order data acknowledging new data,
+    /// every segment of a request-response exchange. Each takes the steps of
+    /// the general path that can apply to it, and skips the checks that cannot
+    /// fail; the general path stays the reference ([`TcpConfig::header_prediction`]
+    /// switches this off). False if `seg` is not such a segment, having changed
+    /// nothing.
     fn predicted(&mut self, seg: &Segment, now: Time) -> bool {
         let common = self.state == TcpState::Established
             && seg.flags & !flags::PSH == flags::ACK
@@ -1204,23 +1206,27 @@ impl Connection {
         if !common {
             return false;
         }
-        let pure_ack = seg.payload.is_empty()
-            && seg.ack > self.snd_una
+        let new_ack = seg.ack > self.snd_una
             && seg.ack <= self.snd_max
             && !self.in_recovery
             && self.scoreboard.is_empty();
         let in_order_data = !seg.payload.is_empty()
-            && seg.ack == self.snd_una
             && !self.recv.has_gap()
             && self.rx_fin.is_none()
             && seg.payload.len() <= self.recv.window();
-        if !pure_ack && !in_order_data {
+        // A pure ACK of new data, in-order data acknowledging nothing new, or
+        // (a request-response exchange's every segment) in-order data
+        // acknowledging new data: the ACK's steps, then the data's, in the
+        // general path's order.
+        let takes_ack = new_ack && (seg.payload.is_empty() || in_order_data);
+        let data_alone = in_order_data && seg.ack == self.snd_una;
+        if !takes_ack && !data_alone {
             return false;
         }
         self.last_heard = now;
         self.keepalive_probes = 0;
         self.update_ts_recent(seg, now);
-        if pure_ack {
+        if takes_ack {
             self.congestion_on_ack(seg, now);
             let rtt = self.ack_advance(seg.ack, now, seg.ts.map(|t| t.1));
             self.hystart_on_ack(seg.ack, rtt, now);

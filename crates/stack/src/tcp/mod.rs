@@ -35,8 +35,8 @@
 //! receive-buffer auto-tuning (Linux's dynamic right-sizing up to
 //! [`TcpConfig::recv_buffer_max`], the window scale chosen for that ceiling); and
 //! header prediction ([`TcpConfig::header_prediction`]), a short path for pure ACKs
-//! and in-order data in ESTABLISHED, checked against the general path by a property
-//! test.
+//! and in-order data (acknowledging new data or not) in ESTABLISHED, checked against
+//! the general path by a property test.
 //!
 //! Tail Loss Probe (RFC 8985 §7, [`TcpConfig::tail_loss_probe`]): when no ACK came
 //! for PTO = 2·SRTT plus the peer's ACK delay (our own delayed-ACK bound, at least
