@@ -23,6 +23,11 @@ impl Time {
         self.0
     }
 
+    /// `n` nanoseconds later (saturating): `+ Duration` without making one.
+    pub(crate) const fn after_nanos(self, n: u64) -> Time {
+        Time(self.0.saturating_add(n))
+    }
+
     /// How long after `earlier` this is; zero if it is not after it.
     pub fn saturating_duration_since(self, earlier: Time) -> Duration {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))

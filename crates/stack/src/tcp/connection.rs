@@ -1944,7 +1944,8 @@ impl Connection {
         self.retries = 0;
         self.probe = false;
         // RFC 6298 §5.2, §5.3.
-        self.rtx_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
+        self.rtx_deadline =
+            (self.snd_una != self.snd_max).then(|| now.after_nanos(self.rtt.rto_nanos()));
         // RFC 8985 §7.2: restarted by an ACK of new data.
         self.arm_pto(now);
         sample
@@ -2037,14 +2038,22 @@ impl Connection {
         if !self.pto_allowed() {
             return;
         }
-        let Some(srtt) = self.rtt.srtt() else { return };
+        let Some(srtt) = self.rtt.srtt_nanos() else {
+            return;
+        };
         let flight = self.snd_max.distance_from(self.snd_una);
         let ack_delay = if flight <= self.send_mss as u32 {
             self.config.delayed_ack.unwrap_or_default().max(PTO_SLACK)
         } else {
             PTO_SLACK
         };
-        self.pto_deadline = Some(now + (2 * srtt + ack_delay).min(self.rtt.rto()));
+        // In nanoseconds: armed on every ACK and every send of new data.
+        let ack_delay = u64::try_from(ack_delay.as_nanos()).unwrap_or(u64::MAX);
+        let pto = srtt
+            .saturating_mul(2)
+            .saturating_add(ack_delay)
+            .min(self.rtt.rto_nanos());
+        self.pto_deadline = Some(now.after_nanos(pto));
     }
 
     /// RACK runs: switched on and SACK agreed (RFC 8985 §6 needs SACK to tell

@@ -43,17 +43,25 @@ impl RttEstimator {
     /// The current timeout: computed, doubled per backoff, bounded by [min, max]
     /// (RFC 6298 §2.4, §2.5, §5.5).
     pub(crate) fn rto(&self) -> Duration {
-        Duration::from_nanos(
-            self.rto
-                .max(self.min)
-                .saturating_mul(1 << self.backoff)
-                .min(self.max),
-        )
+        Duration::from_nanos(self.rto_nanos())
+    }
+
+    /// [`RttEstimator::rto`] in nanoseconds, for deadlines taken per ACK.
+    pub(crate) fn rto_nanos(&self) -> u64 {
+        self.rto
+            .max(self.min)
+            .saturating_mul(1 << self.backoff)
+            .min(self.max)
     }
 
     /// The smoothed round-trip time, once measured.
     pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_nanos)
+    }
+
+    /// [`RttEstimator::srtt`] in nanoseconds.
+    pub(crate) fn srtt_nanos(&self) -> Option<u64> {
+        self.srtt
     }
 
     /// Takes a sample `r` of a segment that was not retransmitted (Karn's algorithm,
