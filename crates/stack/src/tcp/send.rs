@@ -201,9 +201,12 @@ impl SendBuffer {
                 let n = n.min(r.writable());
                 let (a, _) = r.split(r.len..r.len + n);
                 r.mem.write(a.0, &data[..a.1]);
-                r.mem.write(0, &data[a.1..n]);
                 r.update_sums(a.0, a.0 + a.1);
-                r.update_sums(0, n - a.1);
+                if a.1 < n {
+                    // Past the end of the memory: the rest at its start.
+                    r.mem.write(0, &data[a.1..n]);
+                    r.update_sums(0, n - a.1);
+                }
                 r.len += n;
                 n
             }
