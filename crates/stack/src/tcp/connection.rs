@@ -1777,7 +1777,9 @@ impl Connection {
             self.measure_rcv_rtt(seg, now);
             self.tune_recv_buffer(now);
         }
-        if self.sack_ok {
+        // In-order data with nothing held out of order (nearly always) leaves
+        // the list empty.
+        if self.sack_ok && (off > 0 || !self.sack_recent.is_empty()) {
             // RFC 2018 §4: the block holding the latest arrival goes first; ones
             // delivered in order since are dropped.
             let next = self.recv.offset();
