@@ -121,6 +121,13 @@ impl Compiled {
     /// Classifies a batch in one call of the generated loop: no call per
     /// frame, and the CPU overlaps the lookups of consecutive frames.
     pub(crate) fn run_batch(&self, frames: &[&[u8]], out: &mut [Option<FilterId>]) {
+        // A lone frame (a request-response exchange's every batch) has no
+        // lookups to overlap: the single-frame code, without the batch's
+        // arrays to set up.
+        if let ([frame], [o, ..]) = (frames, &mut *out) {
+            *o = self.run(frame);
+            return;
+        }
         let mut refs = [FrameRef {
             ptr: std::ptr::null(),
             len: 0,

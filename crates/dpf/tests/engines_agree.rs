@@ -94,6 +94,10 @@ fn check(seed: u64, nfilters: usize) {
         jit.demux_batch(&refs, &mut batch);
         for (f, b) in fr.iter().zip(&batch) {
             assert_eq!(*b, jit.demux(f), "batch vs one, seed {seed} {what}\n{log}");
+            // A batch of one takes its own path.
+            let mut lone = [None];
+            jit.demux_batch(&[&f[..]], &mut lone);
+            assert_eq!(lone[0], *b, "batch of one, seed {seed} {what}\n{log}");
         }
         for f in &fr {
             let (a, b, c) = (jit.demux(f), interp.demux(f), interp.brute_force(f));
