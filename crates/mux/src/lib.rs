@@ -1349,7 +1349,8 @@ impl Mux {
             self.dpf.demux_batch(&views[..k], &mut ids[..k]);
             let mut now = cycles::now();
             let demux_share = now.saturating_sub(t0) / k as u64;
-            for (frame, id) in views[..k].iter().zip(ids) {
+            // By reference: the array of ids is not copied for the loop.
+            for (frame, &id) in views[..k].iter().zip(&ids[..k]) {
                 let frame = *frame;
                 if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
                     self.host.on_arp(frame, clock);
