@@ -1206,10 +1206,11 @@ impl Connection {
         if !common {
             return false;
         }
-        let new_ack = seg.ack > self.snd_una
-            && seg.ack <= self.snd_max
-            && !self.in_recovery
-            && self.scoreboard.is_empty();
+        // Nothing SACKed and no recovery: the general path's ACK steps (RACK's
+        // loss detection among them, run on every ACK) have nothing to find,
+        // even on data that acknowledges nothing new.
+        let quiet = !self.in_recovery && self.scoreboard.is_empty();
+        let new_ack = seg.ack > self.snd_una && seg.ack <= self.snd_max;
         let in_order_data = !seg.payload.is_empty()
             && !self.recv.has_gap()
             && self.rx_fin.is_none()
@@ -1218,8 +1219,8 @@ impl Connection {
         // (a request-response exchange's every segment) in-order data
         // acknowledging new data: the ACK's steps, then the data's, in the
         // general path's order.
-        let takes_ack = new_ack && (seg.payload.is_empty() || in_order_data);
-        let data_alone = in_order_data && seg.ack == self.snd_una;
+        let takes_ack = quiet && new_ack && (seg.payload.is_empty() || in_order_data);
+        let data_alone = quiet && in_order_data && seg.ack == self.snd_una;
         if !takes_ack && !data_alone {
             return false;
         }
