@@ -20,6 +20,89 @@ pub struct TemplateField {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Template {
     fields: Vec<TemplateField>,
+    /// The fields merged into 64-bit compares, for [`matches`](Self::matches).
+    words: Words,
+}
+
+/// Longest frame prefix a template is merged into words for; one whose
+/// fields reach further (none that the multiplexer makes) is checked field
+/// by field.
+const WORDS_UP_TO: usize = 256;
+
+/// A template's fields merged byte by byte, then cut into 64-bit words that
+/// each compare up to 8 bytes under their mask: a socket's template (its
+/// MAC, addresses, protocol and ports, some 40 bytes) is a handful of loads
+/// instead of a loop over every byte of every field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum Words {
+    /// No field, or none pins a bit beyond the length it needs.
+    #[default]
+    Empty,
+    Merged {
+        /// The shortest frame that holds every field.
+        need: usize,
+        /// `(offset, bytes, mask, value)`: the `bytes` (at most 8) at
+        /// `offset`, read little-endian, masked, must equal `value`.
+        words: Vec<(usize, usize, u64, u64)>,
+    },
+    /// Two fields pin a bit to different values: nothing matches.
+    Unsatisfiable,
+    /// Fields beyond [`WORDS_UP_TO`]: checked field by field.
+    Fields,
+}
+
+impl Words {
+    fn of(fields: &[TemplateField]) -> Words {
+        let Some(need) = fields
+            .iter()
+            .map(|f| f.offset.checked_add(f.bytes.len()))
+            .try_fold(0, |a, s| s.map(|s| a.max(s)))
+        else {
+            return Words::Fields;
+        };
+        if need > WORDS_UP_TO {
+            return Words::Fields;
+        }
+        let (mut mask, mut value) = (vec![0u8; need], vec![0u8; need]);
+        for f in fields {
+            for (i, (&b, &m)) in f.bytes.iter().zip(&f.mask).enumerate() {
+                let o = f.offset + i;
+                if (value[o] ^ b) & mask[o] & m != 0 {
+                    return Words::Unsatisfiable;
+                }
+                mask[o] |= m;
+                value[o] |= b;
+            }
+        }
+        let mut words = Vec::new();
+        let mut o = 0;
+        while o < need {
+            if mask[o] == 0 {
+                o += 1;
+                continue;
+            }
+            // A word that would run past `need` starts earlier instead (a
+            // frame holds `need` bytes), unless the frame is that short.
+            let start = o.min(need.saturating_sub(8));
+            let end = (start + 8).min(need);
+            let word = |b: &[u8]| {
+                let mut w = [0u8; 8];
+                w[..b.len()].copy_from_slice(b);
+                u64::from_le_bytes(w)
+            };
+            words.push((
+                start,
+                end - start,
+                word(&mask[start..end]),
+                word(&value[start..end]),
+            ));
+            o = end;
+        }
+        match (fields.is_empty(), words.is_empty()) {
+            (true, _) => Words::Empty,
+            _ => Words::Merged { need, words },
+        }
+    }
 }
 
 impl Template {
@@ -47,6 +130,7 @@ impl Template {
             bytes: bytes.iter().zip(mask).map(|(b, m)| b & m).collect(),
             mask: mask.to_vec(),
         });
+        self.words = Words::of(&self.fields);
         self
     }
 
@@ -56,7 +140,25 @@ impl Template {
 
     /// Whether `frame` matches every field.
     pub fn matches(&self, frame: &[u8]) -> bool {
-        self.matches_before(frame, usize::MAX)
+        match &self.words {
+            Words::Empty => true,
+            Words::Unsatisfiable => false,
+            Words::Fields => self.matches_before(frame, usize::MAX),
+            Words::Merged { need, words } => {
+                frame.len() >= *need
+                    && words.iter().all(|&(o, n, m, v)| {
+                        let w = match frame.get(o..o + 8) {
+                            Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")),
+                            None => {
+                                let mut w = [0u8; 8];
+                                w[..n].copy_from_slice(&frame[o..o + n]);
+                                u64::from_le_bytes(w)
+                            }
+                        };
+                        w & m == v
+                    })
+            }
+        }
     }
 
     /// Whether `frame` matches every field in the bytes before `end` (the
@@ -123,6 +225,57 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn field() -> impl Strategy<Value = (usize, Vec<u8>, Vec<u8>)> {
+        (0usize..48, 1usize..12).prop_flat_map(|(offset, len)| {
+            let bytes = proptest::collection::vec(any::<u8>(), len);
+            // Masks of every kind: whole bytes, none, and single bits.
+            let mask =
+                proptest::collection::vec(prop_oneof![Just(0xffu8), Just(0u8), any::<u8>()], len);
+            (Just(offset), bytes, mask)
+        })
+    }
+
+    proptest! {
+        /// The merged words decide as the fields do, one by one: for
+        /// overlapping and conflicting fields, and frames too short.
+        #[test]
+        fn words_match_as_fields(
+            fields in proptest::collection::vec(field(), 0..6),
+            frame in proptest::collection::vec(any::<u8>(), 0..64),
+            copy in any::<bool>(),
+        ) {
+            let mut t = Template::new();
+            for (o, b, m) in &fields {
+                t = t.masked(*o, b, m);
+            }
+            let mut frame = frame;
+            if copy {
+                // Mostly matching frames: write the fields in.
+                for (o, b, m) in &fields {
+                    for (i, (&b, &m)) in b.iter().zip(m).enumerate() {
+                        if let Some(x) = frame.get_mut(o + i) {
+                            *x = (*x & !m) | (b & m);
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(t.matches(&frame), t.matches_before(&frame, usize::MAX));
+        }
+    }
+
+    #[test]
+    fn words_beyond_their_reach_and_conflicts() {
+        let far = Template::new().field(WORDS_UP_TO, &[1]);
+        let mut f = vec![0u8; WORDS_UP_TO + 1];
+        assert!(!far.matches(&f));
+        f[WORDS_UP_TO] = 1;
+        assert!(far.matches(&f));
+        let clash = Template::new().masked(3, &[0x10], &[0x10]).field(3, &[0]);
+        assert!(!clash.matches(&[0; 8]));
+        assert!(!clash.matches(&[0, 0, 0, 0x10, 0, 0, 0, 0]));
+    }
 
     #[test]
     fn matches_and_implies() {
