@@ -1465,6 +1465,11 @@ impl Mux {
     }
 
     fn transmit(&mut self, mut clock: Option<Instant>) -> io::Result<usize> {
+        if self.endpoints.values().all(|e| !e.ep.tx.has_pending()) {
+            // Nothing to scan (most calls of a request-response exchange):
+            // only a kick that an earlier scan could not make is retried.
+            return self.link.uncork().map(|()| 0);
+        }
         let mut budget = self.config.tx_budget;
         let mut sent = 0;
         let mut link_err = None;
