@@ -34,6 +34,11 @@ impl Time {
     }
 }
 
+/// `d` in nanoseconds, saturating (past 584 years).
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The earlier of two deadlines, either of which may be unset: deadlines
 /// are combined pairwise with it, not through an iterator over options
 /// (several times the instructions, on paths asked after every event).
@@ -49,9 +54,6 @@ impl Add<Duration> for Time {
     type Output = Time;
 
     fn add(self, d: Duration) -> Time {
-        Time(
-            self.0
-                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-        )
+        self.after_nanos(nanos(d))
     }
 }

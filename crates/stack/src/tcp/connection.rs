@@ -16,7 +16,7 @@ use super::recv::RecvBuffer;
 use super::rtt::RttEstimator;
 use super::send::{self, Pieces, SendBuffer, SendMemory};
 use super::seq::SeqNum;
-use crate::time::earlier;
+use crate::time::{earlier, nanos};
 use crate::Time;
 
 /// RFC 9293 §3.7.1: without an MSS option, the peer accepts 536 bytes of data.
@@ -2051,7 +2051,7 @@ impl Connection {
             PTO_SLACK
         };
         // In nanoseconds: armed on every ACK and every send of new data.
-        let ack_delay = u64::try_from(ack_delay.as_nanos()).unwrap_or(u64::MAX);
+        let ack_delay = nanos(ack_delay);
         let pto = srtt
             .saturating_mul(2)
             .saturating_add(ack_delay)

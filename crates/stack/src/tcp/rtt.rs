@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::time::nanos;
+
 /// Clock granularity G of RFC 6298 §2: time here is in nanoseconds, but the RTO
 /// should not collapse onto SRTT when samples barely vary.
 const GRANULARITY: u64 = 1_000_000;
@@ -21,10 +23,6 @@ pub(crate) struct RttEstimator {
     backoff: u32,
     min: u64,
     max: u64,
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl RttEstimator {
