@@ -2024,6 +2024,10 @@ fn tx_turn(
             match checked {
                 Err(Malformed::Desc) => e.stats.tx_bad_desc += 1,
                 Err(Malformed::Chain) => e.stats.tx_bad_chain += 1,
+                Ok(len) if len > max_len => {
+                    // No link buffer holds it; the link would drop it anyway.
+                    e.stats.tx_link_error += 1;
+                }
                 Ok(_) => {
                     // The frame is gathered straight into the link's buffer,
                     // which only the multiplexer can write: the checks run on
@@ -2031,14 +2035,14 @@ fn tx_turn(
                     // past them. A refused frame gives its buffer back.
                     let mut offered = false;
                     let mut sent_len = None;
-                    let link_max = link.max_frame_len();
                     let r = link.send_with(&mut |out| {
                         if offered {
                             return None;
                         }
                         offered = true;
-                        // Checked above, so this cannot fail; an empty frame
-                        // would fail every template anyway.
+                        // Checked above (and it fits the link's buffer), so
+                        // this cannot fail; an empty frame would fail every
+                        // template anyway.
                         let len = f
                             .gather(&e.ep.tx, done, &e.ep.frames, out)
                             .unwrap_or_default();
@@ -2063,7 +2067,7 @@ fn tx_turn(
                             }
                             Ok(()) => {}
                         }
-                        if len < exonet_link::MIN_FRAME_LEN || len > link_max {
+                        if len < exonet_link::MIN_FRAME_LEN {
                             // The link would take it and drop it; say so.
                             e.stats.tx_link_error += 1;
                             return None;

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use exonet_link::Link;
-use exonet_mux::{HandlerVerdict, MuxConfig};
+use exonet_mux::{HandlerVerdict, MuxConfig, Template};
 use exonet_shm::Desc;
 use exonet_wire::build;
 
@@ -231,6 +231,26 @@ fn run_loop_moves_frames_and_sleeps_when_idle() {
     assert!(mux.wait(Duration::from_secs(5)).unwrap());
     assert_eq!(mux.poll().unwrap(), 1);
     assert_eq!(drain_rx(&mut app).len(), 1);
+}
+
+/// An oversize frame is the link's trouble even on a channel with a
+/// template it would match: counted so, not as a template mismatch (it is
+/// never gathered into a link buffer too short for it).
+#[test]
+fn an_oversize_frame_that_fits_its_template_is_a_link_error() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, bufs) = endpoint(&mut mux, 0, true);
+    let template = Template::new().field(12, &[0x08, 0x00]);
+    let ch = mux
+        .bind_channel(a, &["12:16 == 0x800".parse().unwrap()], template)
+        .unwrap();
+    let mut big = [0u8; 1600];
+    big[12] = 0x08;
+    send(&mut app, bufs[0], &big, ch.0);
+    assert_eq!(mux.poll_tx().unwrap(), 0);
+    assert!(drain_wire(&mut wire).is_empty());
+    let s = mux.endpoint_stats(a).unwrap();
+    assert_eq!((s.tx_link_error, s.tx_template_mismatch), (1, 0));
 }
 
 #[test]
