@@ -114,6 +114,22 @@ struct ConnShared {
     cut: AtomicBool,
 }
 
+impl ConnShared {
+    /// Writes an answer without blocking; an application whose socket
+    /// cannot take it (it does not read its answers) is marked cut, and
+    /// false says so. Any other failure is a peer gone: `Err`.
+    fn send_answer(&self, reply: &Reply) -> io::Result<bool> {
+        match self.sock.send(&reply.encode(), &[]) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.cut.store(true, Ordering::Release);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 struct Job {
     conn: u64,
     shared: Arc<ConnShared>,
@@ -406,15 +422,11 @@ impl Daemon {
     /// end of stream, and the control thread closes it. Any other failure
     /// is a peer gone, which the control thread sees by itself.
     fn answer(&self, shared: &ConnShared, reply: &Reply) {
-        match shared.sock.send(&reply.encode(), &[]) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                shared.cut.store(true, Ordering::Release);
-                // Wakes the control thread's poll on this socket, and keeps
-                // the application from sending more.
-                let _ = shared.sock.shutdown();
-                let _ = self.control_bell.signal();
-            }
-            _ => {}
+        if let Ok(false) = shared.send_answer(reply) {
+            // Wakes the control thread's poll on this socket, and keeps
+            // the application from sending more.
+            let _ = shared.sock.shutdown();
+            let _ = self.control_bell.signal();
         }
     }
 
@@ -998,15 +1010,7 @@ fn bad_reply(why: &str) -> Reply {
 /// would.
 fn answer(c: &Conn, jobs: &Jobs, reply: Reply) -> bool {
     if c.shared.queued.load(Ordering::Acquire) == 0 {
-        match c.shared.sock.send(&reply.encode(), &[]) {
-            Ok(()) => true,
-            Err(e) => {
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    c.shared.cut.store(true, Ordering::Release);
-                }
-                false
-            }
-        }
+        matches!(c.shared.send_answer(&reply), Ok(true))
     } else {
         queue(c, jobs, JobKind::Reply(reply));
         true
