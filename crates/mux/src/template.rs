@@ -35,7 +35,7 @@ const WORDS_UP_TO: usize = 256;
 /// instead of a loop over every byte of every field.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 enum Words {
-    /// No field, or none pins a bit beyond the length it needs.
+    /// No field: every frame matches.
     #[default]
     Empty,
     Merged {
@@ -98,9 +98,10 @@ impl Words {
             ));
             o = end;
         }
-        match (fields.is_empty(), words.is_empty()) {
-            (true, _) => Words::Empty,
-            _ => Words::Merged { need, words },
+        if fields.is_empty() {
+            Words::Empty
+        } else {
+            Words::Merged { need, words }
         }
     }
 }
