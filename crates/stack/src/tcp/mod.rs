@@ -68,9 +68,11 @@
 //! rescue retransmission (NextSeg rule (4)) resends the tail beyond the highest
 //! SACKed byte once per recovery when all data has been sent.
 //!
-//! Not yet: HyStart++'s larger per-ACK growth limit L = 8 for senders without
-//! pacing (RFC 9406 §4.3; we keep RFC 5681's one segment, so that HyStart++
-//! changes where slow start ends, not how fast it goes).
+//! Not taken: HyStart++'s larger per-ACK growth limit L = 8 for senders without
+//! pacing (RFC 9406 §4.2, a SHOULD); we keep RFC 5681's one segment, so that
+//! HyStart++ changes where slow start ends, not how fast it goes: with L = 8 the
+//! bursts of stretch ACKs overflowed a deep bottleneck queue in slow start
+//! before the RTT rise showed (see `CongestionControl::on_ack`).
 //!
 //! The send buffer is the connection's heap memory, or memory the caller lends
 //! ([`SendMemory`], [`Connection::lend_send_memory`]): then a segment's data is
