@@ -161,6 +161,8 @@ impl Drop for Waiting<'_> {
 
 /// How often the keeper looks at a stack no application thread is in.
 const KEEPER_TICK: Duration = Duration::from_millis(5);
+/// Empty rounds of a busy poll between two yields of the CPU.
+const YIELD_EVERY: u32 = 32;
 
 impl Stack {
     /// Connects to the multiplexer at `socket` (see `exonet daemon`) and creates an
@@ -519,6 +521,7 @@ impl Shared {
         let mut wait = Some(wait);
         // Set by the first round's clock read, when the call has to wait.
         let mut limits: Option<(Wait, Option<Time>, Time)> = None;
+        let mut empty_rounds = 0u32;
         loop {
             // One clock read per round, the cores' time.
             let now = g.now();
@@ -549,7 +552,15 @@ impl Shared {
             if now < spin_until {
                 drop(g);
                 if self.drive()? == 0 {
-                    std::hint::spin_loop();
+                    empty_rounds += 1;
+                    // Now and then the CPU goes to whoever else waits for
+                    // it (the peer on a shared CPU): a spin that never
+                    // yields holds it for the whole spin.
+                    if empty_rounds % YIELD_EVERY == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
                 }
                 g = self.lock();
                 continue;
