@@ -41,7 +41,8 @@ pub struct DaemonArgs {
     /// work).
     #[arg(long, default_value_t = 64)]
     idle_spins: u32,
-    /// Microseconds of polling, once idle, before sleeping.
+    /// Microseconds of polling, once idle, before sleeping (yielding the CPU
+    /// between polls to any other thread that wants it).
     #[arg(long, default_value_t = 50)]
     idle_spin_us: u64,
 }
