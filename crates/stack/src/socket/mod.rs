@@ -161,8 +161,8 @@ impl Drop for Waiting<'_> {
 
 /// How often the keeper looks at a stack no application thread is in.
 const KEEPER_TICK: Duration = Duration::from_millis(5);
-/// Empty rounds of a busy poll between two yields of the CPU.
-const YIELD_EVERY: u32 = 32;
+/// How long a busy poll spins before it yields the CPU between rounds.
+const YIELD_AFTER: Duration = Duration::from_micros(10);
 
 impl Stack {
     /// Connects to the multiplexer at `socket` (see `exonet daemon`) and creates an
@@ -520,8 +520,7 @@ impl Shared {
         let mut g = self.lock();
         let mut wait = Some(wait);
         // Set by the first round's clock read, when the call has to wait.
-        let mut limits: Option<(Wait, Option<Time>, Time)> = None;
-        let mut empty_rounds = 0u32;
+        let mut limits: Option<(Wait, Option<Time>, Time, Time)> = None;
         loop {
             // One clock read per round, the cores' time.
             let now = g.now();
@@ -535,9 +534,9 @@ impl Shared {
                     Wait::Within(d) => Some(now + d),
                     _ => None,
                 };
-                limits = Some((how, until, now + self.busy_poll));
+                limits = Some((how, until, now + self.busy_poll, now + YIELD_AFTER));
             }
-            let (wait, until, spin_until) = limits.expect("set in the first round");
+            let (wait, until, spin_until, yield_from) = limits.expect("set in the first round");
             let until = match wait {
                 Wait::NonBlocking => return Err(io::ErrorKind::WouldBlock.into()),
                 Wait::Within(_) if until.is_some_and(|d| now >= d) => {
@@ -552,11 +551,11 @@ impl Shared {
             if now < spin_until {
                 drop(g);
                 if self.drive()? == 0 {
-                    empty_rounds += 1;
-                    // Now and then the CPU goes to whoever else waits for
-                    // it (the peer on a shared CPU): a spin that never
-                    // yields holds it for the whole spin.
-                    if empty_rounds % YIELD_EVERY == 0 {
+                    // A spin that never yields holds the CPU for its whole
+                    // length from whoever else waits for it (the peer, on a
+                    // shared CPU); past YIELD_AFTER the answer is not
+                    // imminent, and each round yields.
+                    if now >= yield_from {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();
