@@ -56,7 +56,8 @@ pub struct StackConfig {
     /// Frame buffers in the segment (2 KiB each); half receive, half send.
     pub frames: u32,
     /// How long a blocked call spins on the rings before it sleeps (as Linux's
-    /// `SO_BUSY_POLL`); zero sleeps at once.
+    /// `SO_BUSY_POLL`); zero sleeps at once. After its first 10 µs the spin
+    /// yields the CPU between rounds to any other thread that wants it.
     pub busy_poll: Duration,
     /// Largest IP datagram to send unfragmented; `None`: the link's MTU.
     pub mtu: Option<usize>,

@@ -20,7 +20,8 @@
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace and
 //! an application on it), `exonet-inproc` (each application runs its own
 //! multiplexer on its end of the pair), `exonet-inproc-busy` (the same,
-//! spinning 200 µs before a wait sleeps), and Linux's
+//! spinning 200 µs before a wait sleeps, yielding the CPU after the first
+//! 10), and Linux's
 //! kernel TCP: `linux` (sleeping), `linux-busy` (non-blocking, spun on;
 //! round trips only). For throughput Linux runs twice, `linux-offload` with
 //! the veth's segmentation offloads on (its default: TSO, GSO and GRO move
