@@ -58,7 +58,7 @@ use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::udp::exonet::Serve;
 use crate::bench::udp::rig::{name, run_pair, Daemons, Phases, Scratch};
 use crate::bench::udp::Lazy;
-use crate::bench::RunOpts;
+use crate::bench::{measure, RunOpts};
 use node::{Role, Stack};
 
 mod memwire;
@@ -312,6 +312,39 @@ fn offloads(net: &Net, on: bool) -> Result<(), Fail> {
     Ok(())
 }
 
+/// How many times each veth measurement runs (once with `--quick`): every
+/// system of a case in turn, then again, so that a shift of the shared
+/// machine's speed between two systems' turns (its round trips move between
+/// two levels, for Linux's as for ours) weighs on the ratios as little as
+/// possible. The median of the runs is reported.
+const RUNS: usize = 3;
+
+/// The runs of one (case, system), as measured.
+#[derive(Default)]
+struct Runs(Vec<Result<Vec<f64>, Fail>>);
+
+impl Runs {
+    /// Each metric's median over the runs that gave a value; the first error
+    /// when none did.
+    fn median(self) -> Result<Vec<f64>, Fail> {
+        let ok: Vec<Vec<f64>> = self
+            .0
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .cloned()
+            .collect();
+        match self.0.into_iter().find_map(Result::err) {
+            Some(e) if ok.is_empty() => Err(e),
+            _ => {
+                let width = ok.iter().map(Vec::len).min().unwrap_or(0);
+                Ok((0..width)
+                    .map(|m| measure::median(ok.iter().map(|r| r[m]).collect()))
+                    .collect())
+            }
+        }
+    }
+}
+
 fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
     let skip_all = |rep: &mut Reporter, why: &str| {
         for case in cases {
@@ -329,53 +362,68 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
     let kernel_ips = [ENDS[0].kernel_ip, ENDS[1].kernel_ip];
     let links = [0, 1].map(|i| format!("afxdp:{}", net.ifnames[i]));
     let mut ports = Ports(47300);
+    let runs = if quick { 1 } else { RUNS };
     for &case in cases {
         let job = Job::of(case, quick);
-        {
-            // Daemons for the case's exonet systems, gone before Linux runs
-            // (an XDP program on the pair changes the kernel's path).
-            let mut daemons = Lazy::new(|| {
-                Daemons::start(
-                    scratch.path(),
-                    "tcp",
-                    links.clone(),
-                    netns.map(Some),
-                    exonet_ips,
-                )
-            });
-            for &system in systems(case).iter().filter(|s| s.starts_with("exonet")) {
-                rep.progress(&format!("{case}: {system}"));
-                let stack = stack_of(system);
-                let r = if stack == Stack::Exonet {
-                    daemons.get().and_then(|d| {
-                        let serve = [0, 1].map(|i| Serve::Daemon(&d.sockets[i]));
-                        measure(stack, netns, exonet_ips, serve.map(Some), &mut ports, &job)
-                    })
-                } else {
-                    let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
-                    measure(stack, netns, exonet_ips, serve, &mut ports, &job)
-                };
-                rep.push_all(case, system, metrics(case), r);
+        let mut measured: Vec<(&str, Runs)> = systems(case)
+            .iter()
+            .map(|&system| (system, Runs::default()))
+            .collect();
+        let mut record = |system: &str, r: Result<Vec<f64>, Fail>| {
+            if let Some((_, runs)) = measured.iter_mut().find(|(s, _)| *s == system) {
+                runs.0.push(r);
+            }
+        };
+        for run in 0..runs {
+            {
+                // Daemons for the case's exonet systems, gone before Linux runs
+                // (an XDP program on the pair changes the kernel's path).
+                let mut daemons = Lazy::new(|| {
+                    Daemons::start(
+                        scratch.path(),
+                        "tcp",
+                        links.clone(),
+                        netns.map(Some),
+                        exonet_ips,
+                    )
+                });
+                for &system in systems(case).iter().filter(|s| s.starts_with("exonet")) {
+                    rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
+                    let stack = stack_of(system);
+                    let r = if stack == Stack::Exonet {
+                        daemons.get().and_then(|d| {
+                            let serve = [0, 1].map(|i| Serve::Daemon(&d.sockets[i]));
+                            measure(stack, netns, exonet_ips, serve.map(Some), &mut ports, &job)
+                        })
+                    } else {
+                        let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
+                        measure(stack, netns, exonet_ips, serve, &mut ports, &job)
+                    };
+                    record(system, r);
+                }
+            }
+            for &system in systems(case).iter().filter(|s| s.starts_with("linux")) {
+                rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
+                let off = system == "linux-no-offload";
+                let r = offloads(&net, !off).and_then(|()| {
+                    measure(
+                        stack_of(system),
+                        netns,
+                        kernel_ips,
+                        [None; 2],
+                        &mut ports,
+                        &job,
+                    )
+                });
+                if off {
+                    // Back to the veth's default for what follows.
+                    let _ = offloads(&net, true);
+                }
+                record(system, r);
             }
         }
-        for &system in systems(case).iter().filter(|s| s.starts_with("linux")) {
-            rep.progress(&format!("{case}: {system}"));
-            let off = system == "linux-no-offload";
-            let r = offloads(&net, !off).and_then(|()| {
-                measure(
-                    stack_of(system),
-                    netns,
-                    kernel_ips,
-                    [None; 2],
-                    &mut ports,
-                    &job,
-                )
-            });
-            if off {
-                // Back to the veth's default for what follows.
-                let _ = offloads(&net, true);
-            }
-            rep.push_all(case, system, metrics(case), r);
+        for (system, runs) in measured {
+            rep.push_all(case, system, metrics(case), runs.median());
         }
     }
 }
