@@ -39,17 +39,18 @@ fn after(a: u32, b: u32) -> bool {
 }
 
 /// What the tracking reads of a segment.
-struct Seg {
+struct Seg<'a> {
     flags: u8,
     seq: u32,
     ack: u32,
     /// Data bytes.
     len: u32,
-    /// The timestamps option's TSval (RFC 7323 §3).
-    tsval: Option<u32>,
+    /// The options, read only when they are wanted (the timestamps of
+    /// received segments).
+    options: &'a [u8],
 }
 
-impl Seg {
+impl Seg<'_> {
     /// The sequence number after the data and SYN: a FIN's own.
     fn fin_seq(&self) -> u32 {
         self.seq
@@ -60,10 +61,15 @@ impl Seg {
     fn has(&self, f: u8) -> bool {
         self.flags & f != 0
     }
+
+    /// The timestamps option's TSval (RFC 7323 §3).
+    fn tsval(&self) -> Option<u32> {
+        exonet_wire::tcp::timestamps(self.options).map(|(v, _)| v)
+    }
 }
 
-enum Read {
-    Seg(Seg),
+enum Read<'a> {
+    Seg(Seg<'a>),
     /// A fragment: its length says nothing of the segment's, and a body
     /// fragment has no header. Not followed; a fragmented TCP segment is
     /// rare, and a RST that falls short of the peer's RCV.NXT only costs a
@@ -74,26 +80,46 @@ enum Read {
 }
 
 /// Reads a TCP/IPv4 segment in an untagged Ethernet frame, bounds checked:
-/// the frame comes from an untrusted application or the network.
-fn read(frame: &[u8]) -> Read {
-    let Some(Ok(ip)) = frame.get(14..).map(Ipv4Packet::new_checked) else {
+/// the frame comes from an untrusted application or the network. The
+/// checks are those of [`Ipv4Packet::new_checked`] and
+/// [`TcpPacket::new_checked`], on the bytes: this runs on every segment
+/// either way, and the views' accessors each check again.
+fn read(frame: &[u8]) -> Read<'_> {
+    let get_u16 = |b: &[u8], at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+    let get_u32 =
+        |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // RFC 791 §3.1: version 4, IHL at least 5 words, the header within the
+    // total length and the total length within the frame.
+    let Some(ip) = frame
+        .get(14..)
+        .filter(|ip| ip.len() >= 20 && ip[0] >> 4 == 4)
+    else {
         return Read::Malformed;
     };
-    if ip.protocol() != protocol::TCP {
+    let hl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(get_u16(ip, 2));
+    if hl < 20 || total < hl || total > ip.len() || ip[9] != protocol::TCP {
         return Read::Malformed;
     }
-    if ip.more_frags() || ip.frag_offset() != 0 {
+    // MF, or a fragment offset.
+    if get_u16(ip, 6) & 0x3fff != 0 {
         return Read::Fragment;
     }
-    let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+    // RFC 9293 §3.1: a data offset of at least 5 words, within the segment.
+    let tcp = &ip[hl..total];
+    let Some(thl) = tcp
+        .get(12)
+        .map(|&o| usize::from(o >> 4) * 4)
+        .filter(|&thl| thl >= 20 && thl <= tcp.len())
+    else {
         return Read::Malformed;
     };
     Read::Seg(Seg {
-        flags: tcp.flags(),
-        seq: tcp.seq_number(),
-        ack: tcp.ack_number(),
-        len: tcp.payload().len() as u32,
-        tsval: tcp.timestamps().map(|(v, _)| v),
+        flags: tcp[13],
+        seq: get_u32(tcp, 4),
+        ack: get_u32(tcp, 8),
+        len: (tcp.len() - thl) as u32,
+        options: &tcp[20..thl],
     })
 }
 
@@ -191,7 +217,10 @@ impl ConnTrack {
         if s.has(flags::ACK) && acceptable && self.peer_ack.is_none_or(|a| after(s.ack, a)) {
             self.peer_ack = Some(s.ack);
         }
-        if let Some(v) = s.tsval.filter(|_| s.has(flags::ACK) && acceptable) {
+        if let Some(v) = (s.has(flags::ACK) && acceptable)
+            .then(|| s.tsval())
+            .flatten()
+        {
             if self.peer_ts.is_none_or(|t| after(v, t)) {
                 self.peer_ts = Some(v);
             }
@@ -429,7 +458,7 @@ impl TimeWaits {
             seq: tcp.seq_number(),
             ack: 0,
             len: tcp.payload().len() as u32,
-            tsval: None,
+            options: &[],
         };
         if s.has(flags::FIN) && s.fin_seq().wrapping_add(1) == h.hold.ack {
             self.by_deadline.remove(&(h.hold.until, h.order));
