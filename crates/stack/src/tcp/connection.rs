@@ -2078,11 +2078,11 @@ impl Connection {
     /// resending.
     fn rack_detect(&mut self, now: Time) -> bool {
         let dupthresh_sacked = self.sacked_bytes() > (DUP_THRESH - 1) * self.send_mss as u32;
-        let srtt = self.rtt.srtt().unwrap_or_default();
+        let srtt = self.rtt.srtt_nanos().unwrap_or_default();
         let reo_wnd = self.rack.reo_wnd(self.in_recovery, dupthresh_sacked, srtt);
         let (newly, pending, timeout) = self.rack.detect_loss(now, reo_wnd);
         self.stats.rack_losses += u64::from(newly);
-        self.rack_deadline = timeout.map(|t| now + t);
+        self.rack_deadline = timeout.map(|t| now.after_nanos(t));
         pending
     }
 

@@ -2,6 +2,10 @@
 //! range with its send time, and the rule that a segment is lost once one sent
 //! after it has been delivered and a round trip plus the reordering window has
 //! passed since it was sent.
+//!
+//! Its times are kept in nanoseconds, as the RTT estimator's: `Duration`
+//! arithmetic (seconds and nanoseconds apart) costs several times the
+//! instructions, and this runs on every ACK.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -46,7 +50,8 @@ impl Record {
 struct Latest {
     xmit: Time,
     end: SeqNum,
-    rtt: Duration,
+    /// In nanoseconds.
+    rtt: u64,
 }
 
 /// RFC 8985 §6.2's RACK_sent_after: ties of the time go by sequence, as a flight
@@ -64,8 +69,9 @@ pub(super) struct Rack {
     records: VecDeque<Record>,
     /// RACK.xmit_ts, RACK.end_seq, RACK.rtt; none until a delivery.
     latest: Option<Latest>,
-    /// RACK.min_RTT, over the connection's life, from segments sent once.
-    min_rtt: Option<Duration>,
+    /// RACK.min_RTT, over the connection's life, from segments sent once, in
+    /// nanoseconds.
+    min_rtt: Option<u64>,
     /// RACK.fack: the highest end of a delivered segment.
     fack: Option<SeqNum>,
     /// RACK.reordering_seen: a segment sent once arrived below `fack`.
@@ -77,8 +83,8 @@ pub(super) struct Rack {
     /// RACK.reo_wnd_persist: recoveries left before the window shrinks back.
     reo_wnd_persist: u32,
     /// The least RTT of the segments sent once that were delivered since
-    /// last taken ([`Rack::take_sample`]).
-    sample: Option<Duration>,
+    /// last taken ([`Rack::take_sample`]), in nanoseconds.
+    sample: Option<u64>,
 }
 
 impl Rack {
@@ -168,7 +174,7 @@ impl Rack {
 
     /// RFC 8985 §6.2 steps 1–3 for a segment newly delivered.
     fn delivered(&mut self, r: Record, now: Time, tsecr: Option<u32>, ts_offset: u32) {
-        let rtt = now.saturating_duration_since(r.xmit);
+        let rtt = now.as_nanos().saturating_sub(r.xmit.as_nanos());
         if r.retrans {
             // Step 2: the ACK may be for an earlier copy. The echo tells (RFC
             // 7323); without it, an RTT below the least seen is too short for
@@ -204,7 +210,7 @@ impl Rack {
     /// An RTT sample from what was delivered since the last call: segments
     /// sent once only (Karn's rule), the least of them.
     pub(super) fn take_sample(&mut self) -> Option<Duration> {
-        self.sample.take()
+        self.sample.take().map(Duration::from_nanos)
     }
 
     /// A D-SACK (RFC 2883) arrived: RFC 8985 §6.2 step 4 widens the reordering
@@ -233,28 +239,22 @@ impl Rack {
     /// RACK.reo_wnd (RFC 8985 §6.2 step 4): min_RTT / 4 times the D-SACK
     /// multiplier, at most SRTT; zero, as DupThresh would, while no reordering has
     /// been seen and the sender is in recovery or DupThresh segments are SACKed.
-    pub(super) fn reo_wnd(
-        &self,
-        in_recovery: bool,
-        dupthresh_sacked: bool,
-        srtt: Duration,
-    ) -> Duration {
+    /// In nanoseconds, as `srtt`.
+    pub(super) fn reo_wnd(&self, in_recovery: bool, dupthresh_sacked: bool, srtt: u64) -> u64 {
         if !self.reordering_seen && (in_recovery || dupthresh_sacked) {
-            return Duration::ZERO;
+            return 0;
         }
         let quarter = self.min_rtt.unwrap_or_default() / 4;
-        (quarter * (1 + self.reo_wnd_grown)).min(srtt)
+        // Saturating: past 584 years the cap is SRTT anyway.
+        (quarter.saturating_mul(u64::from(1 + self.reo_wnd_grown))).min(srtt)
     }
 
     /// RFC 8985 §6.2 step 5, RACK_detect_loss: marks lost each segment sent before
     /// RACK's whose RACK.rtt + `reo_wnd` since its sending has passed. Returns the
     /// segments newly marked, whether any lost one awaits resending, and the time
     /// until the last of the others is due (the reordering timer, §6.3), if any.
-    pub(super) fn detect_loss(
-        &mut self,
-        now: Time,
-        reo_wnd: Duration,
-    ) -> (u32, bool, Option<Duration>) {
+    /// `reo_wnd` and the time are in nanoseconds.
+    pub(super) fn detect_loss(&mut self, now: Time, reo_wnd: u64) -> (u32, bool, Option<u64>) {
         let Some(l) = self.latest else {
             return (0, false, None);
         };
@@ -275,15 +275,15 @@ impl Rack {
                 pending = true;
                 continue;
             }
-            let due = r.xmit + l.rtt + reo_wnd;
+            let due = r.xmit.after_nanos(l.rtt).after_nanos(reo_wnd);
             if due <= now {
                 r.lost = true;
                 r.rtx_out = false;
                 newly += 1;
                 pending = true;
             } else {
-                let left = due.saturating_duration_since(now);
-                timeout = Some(timeout.map_or(left, |t: Duration| t.max(left)));
+                let left = due.as_nanos() - now.as_nanos();
+                timeout = Some(timeout.map_or(left, |t: u64| t.max(left)));
             }
         }
         (newly, pending, timeout)
@@ -344,6 +344,7 @@ mod tests {
     #[test]
     fn records_split_mark_and_count() {
         let ms = Duration::from_millis;
+        let ns = |d: Duration| d.as_nanos() as u64;
         // Across the wrap of the sequence space.
         let s = |n: u32| SeqNum(u32::MAX - 120) + n;
         let t0 = Time::ZERO + ms(1);
@@ -359,14 +360,14 @@ mod tests {
         assert_eq!(rack.pipe(), 250);
         // The first was sent with it, before it in sequence: lost once RACK.rtt
         // and the window passed; the third, after it, is not.
-        let wnd = rack.reo_wnd(false, false, ms(10));
-        assert_eq!(wnd, ms(10) / 4);
+        let wnd = rack.reo_wnd(false, false, ns(ms(10)));
+        assert_eq!(wnd, ns(ms(10)) / 4);
         assert_eq!(rack.detect_loss(t1, wnd), (0, false, Some(wnd)));
-        assert_eq!(rack.detect_loss(t1 + wnd, wnd), (1, true, None));
+        assert_eq!(rack.detect_loss(t1.after_nanos(wnd), wnd), (1, true, None));
         assert_eq!(rack.next_lost(), Some((s(0), 100)));
         assert_eq!(rack.pipe(), 150);
         // Half of it resent: in flight again, the rest still awaits resending.
-        let t2 = t1 + wnd;
+        let t2 = t1.after_nanos(wnd);
         rack.on_sent(s(0), s(50), s(300), t2);
         assert_eq!(rack.next_lost(), Some((s(50), 50)));
         assert_eq!(rack.pipe(), 200);
@@ -375,11 +376,8 @@ mod tests {
         let t3 = t2 + ms(10);
         rack.on_sent(s(50), s(100), s(300), t3);
         rack.on_sack(s(50), s(100), t3 + ms(10));
-        assert!(rack.reo_wnd(true, false, ms(10)).is_zero());
-        assert_eq!(
-            rack.detect_loss(t3 + ms(10), Duration::ZERO),
-            (3, true, None)
-        );
+        assert_eq!(rack.reo_wnd(true, false, ns(ms(10))), 0);
+        assert_eq!(rack.detect_loss(t3 + ms(10), 0), (3, true, None));
         assert_eq!(rack.next_lost(), Some((s(0), 50)));
         assert_eq!(rack.pipe(), 0);
         // The cumulative ACK drops what it covers, trimming a record it splits.
@@ -396,25 +394,26 @@ mod tests {
     #[test]
     fn reordering_and_dsack_set_the_window() {
         let ms = Duration::from_millis;
+        let ns = |d: Duration| d.as_nanos() as u64;
         let t0 = Time::ZERO;
         let mut rack = Rack::default();
         rack.on_sent(SeqNum(0), SeqNum(100), SeqNum(0), t0);
         rack.on_sent(SeqNum(100), SeqNum(200), SeqNum(100), t0);
         // Zero with DupThresh segments SACKed or in recovery, until reordering.
         rack.on_sack(SeqNum(100), SeqNum(200), t0 + ms(8));
-        assert!(rack.reo_wnd(false, true, ms(10)).is_zero());
+        assert_eq!(rack.reo_wnd(false, true, ns(ms(10))), 0);
         rack.on_ack(SeqNum(200), t0 + ms(9), None, 0);
-        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(2));
+        assert_eq!(rack.reo_wnd(true, true, ns(ms(10))), ns(ms(2)));
         // A D-SACK per round trip adds min_RTT / 4, capped at SRTT.
         rack.on_dsack(SeqNum(200), SeqNum(300));
         rack.on_dsack(SeqNum(250), SeqNum(300));
-        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(4));
+        assert_eq!(rack.reo_wnd(true, true, ns(ms(10))), ns(ms(4)));
         rack.on_dsack(SeqNum(300), SeqNum(400));
-        assert_eq!(rack.reo_wnd(true, true, ms(5)), ms(5));
+        assert_eq!(rack.reo_wnd(true, true, ns(ms(5))), ns(ms(5)));
         // Back to one quarter after 16 recoveries without one.
         for _ in 0..REO_WND_PERSIST {
             rack.on_recovery_exit();
         }
-        assert_eq!(rack.reo_wnd(true, true, ms(10)), ms(2));
+        assert_eq!(rack.reo_wnd(true, true, ns(ms(10))), ns(ms(2)));
     }
 }
