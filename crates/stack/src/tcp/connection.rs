@@ -2846,7 +2846,12 @@ impl Connection {
             let (a, b) = self.send_buf.slices(data.clone());
             let (da, db) = out.buf[hl..hl + len].split_at_mut(a.len());
             let sa = checksum::copy_and_sum(da, a);
-            let sb = checksum::copy_and_sum(db, b);
+            // The second piece is there only when the data wraps the ring.
+            let sb = if b.is_empty() {
+                0
+            } else {
+                checksum::copy_and_sum(db, b)
+            };
             (hl + len, send::combine(sa, a.len(), sb))
         } else {
             let sum = self.send_buf.sum(data.clone());
