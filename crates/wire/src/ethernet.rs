@@ -142,11 +142,13 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// Wraps without validation; getters may panic on a short buffer. Prefer
     /// [`EthernetFrame::new_checked`] for untrusted input.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// Wraps after checking that the header and every VLAN tag it announces are present.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         if b.len() < HEADER_LEN {
@@ -163,11 +165,13 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The wrapped buffer.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> MacAddr {
         let mut a = [0; 6];
         a.copy_from_slice(&self.buffer.as_ref()[0..6]);
@@ -175,6 +179,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> MacAddr {
         let mut a = [0; 6];
         a.copy_from_slice(&self.buffer.as_ref()[6..12]);
@@ -182,6 +187,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Number of VLAN tags (0..=[`MAX_VLAN_TAGS`]).
+    #[inline]
     pub fn vlan_count(&self) -> usize {
         let b = self.buffer.as_ref();
         (0..MAX_VLAN_TAGS)
@@ -190,6 +196,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// Tag `i`, outermost first.
+    #[inline]
     pub fn vlan(&self, i: usize) -> Option<VlanTag> {
         if i >= self.vlan_count() {
             return None;
@@ -206,21 +213,25 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The outermost tag's VLAN id, if tagged.
+    #[inline]
     pub fn vlan_id(&self) -> Option<u16> {
         self.vlan(0).map(|t| t.vid)
     }
 
     /// Header length including tags: where the payload starts.
+    #[inline]
     pub fn header_len(&self) -> usize {
         HEADER_LEN + self.vlan_count() * VLAN_TAG_LEN
     }
 
     /// The EtherType of the payload, after any VLAN tags.
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         get_u16(self.buffer.as_ref(), self.header_len() - 2)
     }
 
     /// Everything after the header (including any Ethernet padding).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -228,22 +239,26 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, a: MacAddr) {
         self.buffer.as_mut()[0..6].copy_from_slice(&a.0);
     }
 
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, a: MacAddr) {
         self.buffer.as_mut()[6..12].copy_from_slice(&a.0);
     }
 
     /// Sets the payload EtherType (the one after the existing tags).
+    #[inline]
     pub fn set_ethertype(&mut self, t: u16) {
         let at = self.header_len() - 2;
         set_u16(self.buffer.as_mut(), at, t);
     }
 
     /// Mutable payload.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let at = self.header_len();
         &mut self.buffer.as_mut()[at..]

@@ -33,6 +33,7 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Wraps without validation; getters may panic on a short buffer.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
@@ -40,6 +41,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Wraps after the RFC 791 consistency checks: version 4 (`BadVersion`), IHL ≥ 5 and
     /// total length ≥ header length (`BadLength`), header and total length within the
     /// buffer (`Truncated`). The buffer may extend past the total length (link padding).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let p = Self::new_checked_header(buffer)?;
         if usize::from(p.total_len()) > p.buffer.as_ref().len() {
@@ -51,6 +53,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Like [`Ipv4Packet::new_checked`] but lets the datagram extend past the buffer, for
     /// the header quoted in an ICMP error (RFC 792 quotes the header plus only 64 bits of
     /// data). [`Ipv4Packet::payload`] then returns the part that is present.
+    #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -71,110 +74,131 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The wrapped buffer.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
     /// Version field (4 after a successful check).
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[0] >> 4
     }
 
     /// Internet Header Length in 32-bit words.
+    #[inline]
     pub fn ihl(&self) -> u8 {
         self.buffer.as_ref()[0] & 0x0f
     }
 
     /// Header length in bytes (IHL × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.ihl()) * 4
     }
 
     /// Differentiated services code point (upper 6 bits of the former TOS byte).
+    #[inline]
     pub fn dscp(&self) -> u8 {
         self.buffer.as_ref()[1] >> 2
     }
 
     /// Explicit congestion notification (lower 2 bits of the former TOS byte).
+    #[inline]
     pub fn ecn(&self) -> u8 {
         self.buffer.as_ref()[1] & 3
     }
 
     /// Total length of the datagram, header included.
+    #[inline]
     pub fn total_len(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 2)
     }
 
     /// Identification, shared by all fragments of one datagram.
+    #[inline]
     pub fn ident(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 4)
     }
 
     /// Don't Fragment flag.
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         get_u16(self.buffer.as_ref(), 6) & FLAG_DF != 0
     }
 
     /// More Fragments flag.
+    #[inline]
     pub fn more_frags(&self) -> bool {
         get_u16(self.buffer.as_ref(), 6) & FLAG_MF != 0
     }
 
     /// Fragment offset in bytes (the field counts 8-byte units).
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (get_u16(self.buffer.as_ref(), 6) & OFFSET_MASK) << 3
     }
 
     /// Part of a fragmented datagram: MF set or a non-zero offset.
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.more_frags() || self.frag_offset() != 0
     }
 
     /// The first fragment of a fragmented datagram (offset 0, MF set) — the only one
     /// carrying the transport header. An unfragmented datagram is not a fragment.
+    #[inline]
     pub fn is_first_fragment(&self) -> bool {
         self.more_frags() && self.frag_offset() == 0
     }
 
     /// Time to live.
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.buffer.as_ref()[8]
     }
 
     /// Protocol of the payload (see [`protocol`]).
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.buffer.as_ref()[9]
     }
 
     /// Header checksum field.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 10)
     }
 
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(b[12], b[13], b[14], b[15])
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
         Ipv4Addr::new(b[16], b[17], b[18], b[19])
     }
 
     /// Raw options (IHL > 5), padding included.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
 
     /// Whether the header checksum verifies (RFC 791 §3.1, RFC 1071).
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::sum(&self.buffer.as_ref()[..self.header_len()]) == 0xffff
     }
 
     /// The payload, bounded by the total length (link-layer padding excluded) and, for
     /// a header-only check, by the buffer.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         let end = usize::from(self.total_len()).min(b.len());
@@ -184,26 +208,31 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets version and IHL from a header length in bytes (a multiple of 4).
+    #[inline]
     pub fn set_version_and_header_len(&mut self, version: u8, header_len: usize) {
         self.buffer.as_mut()[0] = (version << 4) | ((header_len / 4) as u8 & 0x0f);
     }
 
     /// Sets DSCP (6 bits) and ECN (2 bits).
+    #[inline]
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
         self.buffer.as_mut()[1] = (dscp << 2) | (ecn & 3);
     }
 
     /// Sets the total length.
+    #[inline]
     pub fn set_total_len(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 2, v);
     }
 
     /// Sets the identification.
+    #[inline]
     pub fn set_ident(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 4, v);
     }
 
     /// Sets DF, MF and the fragment offset in bytes (truncated to a multiple of 8).
+    #[inline]
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
         let mut v = (offset >> 3) & OFFSET_MASK;
         if dont_frag {
@@ -216,37 +245,44 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// Sets the time to live.
+    #[inline]
     pub fn set_ttl(&mut self, v: u8) {
         self.buffer.as_mut()[8] = v;
     }
 
     /// Sets the protocol.
+    #[inline]
     pub fn set_protocol(&mut self, v: u8) {
         self.buffer.as_mut()[9] = v;
     }
 
     /// Sets the checksum field as is.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 10, v);
     }
 
     /// Sets the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[12..16].copy_from_slice(&a.octets());
     }
 
     /// Sets the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
         self.buffer.as_mut()[16..20].copy_from_slice(&a.octets());
     }
 
     /// Mutable options.
+    #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let hl = self.header_len();
         &mut self.buffer.as_mut()[MIN_HEADER_LEN..hl]
     }
 
     /// Mutable payload, bounded like [`Ipv4Packet::payload`].
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let (hl, tl) = (self.header_len(), usize::from(self.total_len()));
         let b = self.buffer.as_mut();
@@ -255,6 +291,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 
     /// Computes and stores the header checksum.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(&self.buffer.as_ref()[..self.header_len()]);

@@ -57,6 +57,7 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Wraps without validation; getters may panic on a short buffer.
+    #[inline]
     pub fn new_unchecked(buffer: T) -> Self {
         TcpPacket { buffer }
     }
@@ -64,6 +65,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Wraps after checking the fixed header is present (`Truncated`), the data offset is
     /// at least 5 (`BadLength`) and the options fit in the buffer (`Truncated`). Options
     /// are validated lazily by [`TcpPacket::options_iter`].
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let b = buffer.as_ref();
         if b.len() < MIN_HEADER_LEN {
@@ -80,117 +82,140 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 
     /// The wrapped buffer.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
     /// Source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 0)
     }
 
     /// Destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 2)
     }
 
     /// Sequence number.
+    #[inline]
     pub fn seq_number(&self) -> u32 {
         get_u32(self.buffer.as_ref(), 4)
     }
 
     /// Acknowledgment number (meaningful when ACK is set).
+    #[inline]
     pub fn ack_number(&self) -> u32 {
         get_u32(self.buffer.as_ref(), 8)
     }
 
     /// Data offset in 32-bit words.
+    #[inline]
     pub fn data_offset(&self) -> u8 {
         self.buffer.as_ref()[12] >> 4
     }
 
     /// Header length in bytes (data offset × 4).
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.data_offset()) * 4
     }
 
     /// The control bits (see [`flags`]).
+    #[inline]
     pub fn flags(&self) -> u8 {
         self.buffer.as_ref()[13]
     }
 
     /// FIN set.
+    #[inline]
     pub fn fin(&self) -> bool {
         self.flags() & flags::FIN != 0
     }
 
     /// SYN set.
+    #[inline]
     pub fn syn(&self) -> bool {
         self.flags() & flags::SYN != 0
     }
 
     /// RST set.
+    #[inline]
     pub fn rst(&self) -> bool {
         self.flags() & flags::RST != 0
     }
 
     /// PSH set.
+    #[inline]
     pub fn psh(&self) -> bool {
         self.flags() & flags::PSH != 0
     }
 
     /// ACK set.
+    #[inline]
     pub fn ack(&self) -> bool {
         self.flags() & flags::ACK != 0
     }
 
     /// URG set.
+    #[inline]
     pub fn urg(&self) -> bool {
         self.flags() & flags::URG != 0
     }
 
     /// Receive window (unscaled).
+    #[inline]
     pub fn window(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 14)
     }
 
     /// Checksum field.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 16)
     }
 
     /// Urgent pointer (meaningful when URG is set).
+    #[inline]
     pub fn urgent_ptr(&self) -> u16 {
         get_u16(self.buffer.as_ref(), 18)
     }
 
     /// Raw option bytes, padding included.
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
     }
 
     /// Decoded options.
+    #[inline]
     pub fn options_iter(&self) -> TcpOptionIter<'_> {
         TcpOptionIter::new(self.options())
     }
 
     /// The timestamps option's (TSval, TSecr), if the segment carries one
     /// (see [`timestamps`]).
+    #[inline]
     pub fn timestamps(&self) -> Option<(u32, u32)> {
         timestamps(self.options())
     }
 
     /// Segment data.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
 
     /// Whether the checksum over pseudo-header and segment verifies (RFC 9293 §3.1).
+    #[inline]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         self.sum(src, dst) == 0xffff
     }
 
     /// Segments over 64 KiB cannot occur in IPv4; their length would wrap here.
+    #[inline]
     fn sum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
         let b = self.buffer.as_ref();
         checksum::add(
@@ -202,64 +227,76 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Sets the source port.
+    #[inline]
     pub fn set_src_port(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 0, v);
     }
 
     /// Sets the destination port.
+    #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 2, v);
     }
 
     /// Sets the sequence number.
+    #[inline]
     pub fn set_seq_number(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), 4, v);
     }
 
     /// Sets the acknowledgment number.
+    #[inline]
     pub fn set_ack_number(&mut self, v: u32) {
         set_u32(self.buffer.as_mut(), 8, v);
     }
 
     /// Sets the data offset from a header length in bytes (a multiple of 4), clearing
     /// the reserved bits.
+    #[inline]
     pub fn set_header_len(&mut self, len: usize) {
         self.buffer.as_mut()[12] = ((len / 4) as u8) << 4;
     }
 
     /// Sets all control bits.
+    #[inline]
     pub fn set_flags(&mut self, v: u8) {
         self.buffer.as_mut()[13] = v;
     }
 
     /// Sets the window.
+    #[inline]
     pub fn set_window(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 14, v);
     }
 
     /// Sets the checksum field as is.
+    #[inline]
     pub fn set_checksum(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 16, v);
     }
 
     /// Sets the urgent pointer.
+    #[inline]
     pub fn set_urgent_ptr(&mut self, v: u16) {
         set_u16(self.buffer.as_mut(), 18, v);
     }
 
     /// Mutable option bytes.
+    #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
         let hl = self.header_len();
         &mut self.buffer.as_mut()[MIN_HEADER_LEN..hl]
     }
 
     /// Mutable segment data.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let hl = self.header_len();
         &mut self.buffer.as_mut()[hl..]
     }
 
     /// Computes and stores the checksum.
+    #[inline]
     pub fn fill_checksum(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let c = !self.sum(src, dst);
