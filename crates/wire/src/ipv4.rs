@@ -395,18 +395,33 @@ impl<'a> Ipv4Repr<'a> {
             return Err(WireError::BadLength);
         }
         let buf = buf.get_mut(..hl).ok_or(WireError::Truncated)?;
-        let mut p = Ipv4Packet::new_unchecked(buf);
-        p.set_version_and_header_len(4, hl);
-        p.set_dscp_ecn(self.dscp, self.ecn);
-        p.set_total_len(total);
-        p.set_ident(self.ident);
-        p.set_frag(self.dont_frag, self.more_frags, self.frag_offset);
-        p.set_ttl(self.ttl);
-        p.set_protocol(self.protocol);
-        p.set_src_addr(self.src);
-        p.set_dst_addr(self.dst);
-        p.options_mut().copy_from_slice(self.options);
-        p.fill_checksum();
+        // The fixed header (RFC 791 §3.1) as its five 32-bit words, written
+        // at once and summed as numbers: [`checksum::fold`] reduces them to
+        // the sum of their 16-bit halves, without reading the bytes back.
+        let mut frag = (self.frag_offset >> 3) & OFFSET_MASK;
+        if self.dont_frag {
+            frag |= FLAG_DF;
+        }
+        if self.more_frags {
+            frag |= FLAG_MF;
+        }
+        let t = total.to_be_bytes();
+        let vhl = (4 << 4) | ((hl / 4) as u8 & 0x0f);
+        let w0 = u32::from_be_bytes([vhl, (self.dscp << 2) | (self.ecn & 3), t[0], t[1]]);
+        let w1 = (u32::from(self.ident) << 16) | u32::from(frag);
+        // The checksum field is zero while summed.
+        let w2 = (u32::from(self.ttl) << 24) | (u32::from(self.protocol) << 16);
+        let (w3, w4) = (self.src.to_bits(), self.dst.to_bits());
+        let mut sum = checksum::fold([w0, w1, w2, w3, w4].iter().map(|&w| u64::from(w)).sum());
+        if !self.options.is_empty() {
+            sum = checksum::add(sum, checksum::sum(self.options));
+        }
+        let w2 = w2 | u32::from(!sum);
+        let (fixed, options) = buf.split_at_mut(MIN_HEADER_LEN);
+        for (b, w) in fixed.chunks_exact_mut(4).zip([w0, w1, w2, w3, w4]) {
+            b.copy_from_slice(&w.to_be_bytes());
+        }
+        options.copy_from_slice(self.options);
         Ok(())
     }
 }
@@ -414,6 +429,7 @@ impl<'a> Ipv4Repr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn sample(options: &[u8], payload_len: usize) -> Vec<u8> {
         let mut r = Ipv4Repr::new(
@@ -426,6 +442,39 @@ mod tests {
         let mut buf = vec![0xaa; r.total_len()];
         r.emit(&mut buf).unwrap();
         buf
+    }
+
+    proptest! {
+        /// The header written at once is the one the setters write.
+        #[test]
+        fn emit_writes_what_the_setters_write(
+            src in any::<u32>(), dst in any::<u32>(),
+            proto in any::<u8>(), ttl in any::<u8>(),
+            ident in any::<u16>(), flags in 0u8..4, offset in 0u16..0x2000,
+            dscp in 0u8..64, ecn in 0u8..4, words in 0usize..11, payload_len in 0usize..2000,
+        ) {
+            let options: Vec<u8> = (0..words * 4).map(|i| (i * 37 + 5) as u8).collect();
+            let mut r = Ipv4Repr::new(Ipv4Addr::from(src), Ipv4Addr::from(dst), proto, payload_len);
+            (r.ttl, r.ident, r.dscp, r.ecn, r.options) = (ttl, ident, dscp, ecn, &options);
+            (r.dont_frag, r.more_frags, r.frag_offset) = (flags & 1 != 0, flags & 2 != 0, offset * 8);
+            let hl = r.header_len();
+            let mut got = vec![0xaa; hl];
+            r.emit(&mut got).unwrap();
+            let mut want = vec![0xaa; hl];
+            let mut p = Ipv4Packet::new_unchecked(&mut want[..]);
+            p.set_version_and_header_len(4, hl);
+            p.set_dscp_ecn(dscp, ecn);
+            p.set_total_len(r.total_len() as u16);
+            p.set_ident(ident);
+            p.set_frag(r.dont_frag, r.more_frags, r.frag_offset);
+            p.set_ttl(ttl);
+            p.set_protocol(proto);
+            p.set_src_addr(r.src);
+            p.set_dst_addr(r.dst);
+            p.options_mut().copy_from_slice(&options);
+            p.fill_checksum();
+            prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
