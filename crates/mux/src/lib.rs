@@ -631,7 +631,6 @@ pub struct Mux {
     slot: usize,
     arena: Vec<u8>,
     lens: Vec<usize>,
-    scan: Vec<EndpointId>,
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
     moved: Vec<EndpointId>,
@@ -675,7 +674,6 @@ impl Mux {
             slot,
             arena: vec![0; slot * rx_batch],
             lens: Vec::with_capacity(rx_batch),
-            scan: Vec::new(),
             moved: Vec::new(),
             engine: None,
             handler_tx: HandlerTx {
@@ -1479,18 +1477,14 @@ impl Mux {
         let mut budget = self.config.tx_budget;
         let mut sent = 0;
         let mut link_err = None;
-        self.scan.clear();
-        self.scan.extend(self.endpoints.keys().copied());
         let quantum = self.config.quantum as u64;
         // Frames go to the link one at a time (each checked on its own copy),
         // and into the kernel with one kick for the lot.
         self.link.cork();
         'rounds: while budget > 0 {
             let mut any = false;
-            for &id in &self.scan {
-                let Some(e) = self.endpoints.get_mut(&id) else {
-                    continue;
-                };
+            // A turn adds and removes no endpoint: they are visited in place.
+            for (&id, e) in self.endpoints.iter_mut() {
                 if !e.tx_ready() {
                     e.deficit = 0;
                     continue;
