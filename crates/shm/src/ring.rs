@@ -85,9 +85,7 @@ impl InlineSlot {
         }
         let tail = words.remainder();
         if let (Some(word), false) = (slots.next(), tail.is_empty()) {
-            let mut bytes = [0u8; 8];
-            bytes[..tail.len()].copy_from_slice(tail);
-            word.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+            word.store(tail_word(tail), Ordering::Relaxed);
         }
     }
 
@@ -99,9 +97,48 @@ impl InlineSlot {
         }
         let tail = words.into_remainder();
         if let (Some(word), false) = (slots.next(), tail.is_empty()) {
-            let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
-            tail.copy_from_slice(&bytes[..tail.len()]);
+            word_tail(word.load(Ordering::Relaxed), tail);
         }
+    }
+}
+
+// A partial word's bytes go in at most three moves each way: a copy of a
+// length not known in advance is a call to `memcpy`, which costs more than
+// the rest of a short frame's word.
+
+/// The word whose first native-order bytes are `t` (under 8), the rest zero.
+fn tail_word(t: &[u8]) -> u64 {
+    // Built little-endian (byte k at bits 8k), then put in native order.
+    let mut w = 0u64;
+    let mut at = 0;
+    if t.len() >= 4 {
+        w = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
+        at = 4;
+    }
+    if t.len() - at >= 2 {
+        w |= u64::from(u16::from_le_bytes([t[at], t[at + 1]])) << (8 * at);
+        at += 2;
+    }
+    if t.len() > at {
+        w |= u64::from(t[at]) << (8 * at);
+    }
+    u64::from_le(w)
+}
+
+/// Writes the first `t.len()` (under 8) native-order bytes of `w` to `t`.
+fn word_tail(w: u64, t: &mut [u8]) {
+    let w = w.to_le();
+    let mut at = 0;
+    if t.len() >= 4 {
+        t[..4].copy_from_slice(&(w as u32).to_le_bytes());
+        at = 4;
+    }
+    if t.len() - at >= 2 {
+        t[at..at + 2].copy_from_slice(&((w >> (8 * at)) as u16).to_le_bytes());
+        at += 2;
+    }
+    if t.len() > at {
+        t[at] = (w >> (8 * at)) as u8;
     }
 }
 
@@ -628,6 +665,13 @@ mod tests {
         for len in 0..=INLINE_MAX {
             let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
             slot.store(&data);
+            // A partial last word is zero-padded.
+            if len % 8 != 0 {
+                let mut last = [0u8; 8];
+                last[..len % 8].copy_from_slice(&data[len / 8 * 8..]);
+                let word = slot.0[len / 8].load(Ordering::Relaxed);
+                assert_eq!(word, u64::from_ne_bytes(last), "length {len}");
+            }
             let mut out = vec![0xaa; len];
             slot.load(&mut out);
             assert_eq!(out, data, "length {len}");
