@@ -413,15 +413,16 @@ impl<'a> Ipv4Repr<'a> {
         let w2 = (u32::from(self.ttl) << 24) | (u32::from(self.protocol) << 16);
         let (w3, w4) = (self.src.to_bits(), self.dst.to_bits());
         let mut sum = checksum::fold([w0, w1, w2, w3, w4].iter().map(|&w| u64::from(w)).sum());
+        let (fixed, options) = buf.split_at_mut(MIN_HEADER_LEN);
+        // Most headers have none: no call to copy nothing.
         if !self.options.is_empty() {
             sum = checksum::add(sum, checksum::sum(self.options));
+            options.copy_from_slice(self.options);
         }
         let w2 = w2 | u32::from(!sum);
-        let (fixed, options) = buf.split_at_mut(MIN_HEADER_LEN);
         for (b, w) in fixed.chunks_exact_mut(4).zip([w0, w1, w2, w3, w4]) {
             b.copy_from_slice(&w.to_be_bytes());
         }
-        options.copy_from_slice(self.options);
         Ok(())
     }
 }

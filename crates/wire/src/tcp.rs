@@ -633,8 +633,12 @@ impl<'a> TcpRepr<'a> {
         p.set_window(self.window);
         p.set_urgent_ptr(self.urgent_ptr);
         let opts = p.options_mut();
-        opts[..self.options.len()].copy_from_slice(self.options);
-        opts[self.options.len()..].fill(0);
+        let (given, padding) = opts.split_at_mut(self.options.len());
+        given.copy_from_slice(self.options);
+        // Options are mostly whole words: no call to fill nothing.
+        if !padding.is_empty() {
+            padding.fill(0);
+        }
         p.set_checksum(0);
         p
     }

@@ -151,7 +151,11 @@ impl RecvBuffer {
         let (a, b) = self.ready.as_slices();
         let from_a = n.min(a.len());
         buf[..from_a].copy_from_slice(&a[..from_a]);
-        buf[from_a..n].copy_from_slice(&b[..n - from_a]);
+        // The second half only when the bytes wrap the ring: no call to
+        // copy nothing.
+        if n > from_a {
+            buf[from_a..n].copy_from_slice(&b[..n - from_a]);
+        }
         n
     }
 }
