@@ -106,6 +106,9 @@ pub const MAX_RX_BATCH: usize = 256;
 /// Frames classified together: [`Dpf::demux_batch`] gets this many at most.
 const CLASSIFY_CHUNK: usize = 32;
 
+/// A chunk of at most this many frames is classified in arrays of its size.
+const SMALL_CHUNK: usize = 4;
+
 /// Most transmit descriptors taken from one endpoint's ring at a time.
 const TX_BATCH: usize = 64;
 /// How long filter changes must pause before the JIT compiles them (the
@@ -1337,119 +1340,129 @@ impl Mux {
     }
 
     fn deliver_batch(&mut self, n: usize, clock: Instant) {
-        let slot = self.slot;
         let mut start = 0;
         while start < n {
             // Classified a chunk at a time: small arrays, nothing to clear
-            // for frames that are not there.
+            // for frames that are not there. Arrays sized for a few frames
+            // serve the small batches of a request-response exchange (filling
+            // the whole chunk's for one frame cost more than classifying it).
             let k = (n - start).min(CLASSIFY_CHUNK);
-            let mut views: [&[u8]; CLASSIFY_CHUNK] = [&[]; CLASSIFY_CHUNK];
-            for (j, v) in views[..k].iter_mut().enumerate() {
-                let i = start + j;
-                *v = &self.arena[i * slot..i * slot + self.lens[i]];
-            }
-            let mut ids = [None; CLASSIFY_CHUNK];
-            let t0 = cycles::now();
-            self.dpf.demux_batch(&views[..k], &mut ids[..k]);
-            let mut now = cycles::now();
-            let demux_share = now.saturating_sub(t0) / k as u64;
-            // By reference: the array of ids is not copied for the loop.
-            for (frame, &id) in views[..k].iter().zip(&ids[..k]) {
-                let frame = *frame;
-                if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
-                    self.host.on_arp(frame, clock);
-                }
-                let kind = frag::kind(frame);
-                let (to, waited) = match kind {
-                    FragKind::Whole => (
-                        id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
-                        Vec::new(),
-                    ),
-                    // A body fragment goes where its head went, whatever a
-                    // filter says of it: it carries no port to classify on.
-                    FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
-                    FragKind::Head => {
-                        let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
-                        let to = match chan {
-                            Some(c) => To::Channel(ChannelId(c)),
-                            None if self.host.takes_fragment(frame) => To::Host,
-                            None => To::Nobody,
-                        };
-                        (to, self.frag.head(frame, to, clock))
-                    }
-                };
-                let chan = match to {
-                    To::Channel(c) => Some(c.0),
-                    _ => None,
-                };
-                // An ICMP error no filter took goes to the socket whose
-                // datagram it quotes: only here, off the fast path.
-                let chan = match chan {
-                    None if kind == FragKind::Whole => route_icmp_error(
-                        &mut self.host,
-                        &self.ports,
-                        &self.endpoints,
-                        &self.channels,
-                        frame,
-                    ),
-                    c => c,
-                };
-                let owner =
-                    chan.and_then(|c| to_channel(delivery!(self), c, frame, &waited, clock));
-                let t = cycles::now();
-                let Some((e, copy)) = owner else {
-                    // A filter without a channel: a connection the
-                    // multiplexer holds in TIME-WAIT.
-                    if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
-                        if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
-                            // As release_time_wait, field by field: the
-                            // frame borrows the receive arena.
-                            let _ = self.dpf.delete(FilterId(filter));
-                            self.ports.unhold(Proto::Tcp, t.local.1);
-                            self.host.stats.time_wait_reused += 1;
-                            // The SYN goes where it would have without the
-                            // hold: a listener, or the host's RST.
-                            let again = self.dpf.demux(frame).map(|f| f.0);
-                            let taken = again
-                                .and_then(|c| to_channel(delivery!(self), c, frame, &[], clock));
-                            if taken.is_none() {
-                                self.rx_unmatched += 1;
-                                self.host.on_unmatched(frame, clock);
-                            }
-                        } else {
-                            let span = self.time_wait_span();
-                            self.time_wait
-                                .on_segment(c, frame, clock, span, &mut self.host);
-                        }
-                    } else {
-                        if to == To::Host {
-                            for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
-                                self.host.on_echo_fragment(f, clock);
-                            }
-                        }
-                        // Body fragments held or dropped are the pool's to count.
-                        if kind != FragKind::Body {
-                            self.rx_unmatched += 1;
-                            if to != To::Host {
-                                self.host.on_unmatched(frame, clock);
-                            }
-                        }
-                    }
-                    let done = cycles::now();
-                    self.host.stats.cycles += done.saturating_sub(now) + demux_share;
-                    now = done;
-                    continue;
-                };
-                let spent = t.saturating_sub(now);
-                let copy = copy.min(spent);
-                e.stats.copy_cycles += copy;
-                e.stats.rx_cycles += spent - copy + demux_share;
-                now = t;
+            if k <= SMALL_CHUNK {
+                self.deliver_chunk::<SMALL_CHUNK>(start, k, clock);
+            } else {
+                self.deliver_chunk::<CLASSIFY_CHUNK>(start, k, clock);
             }
             start += k;
         }
         for e in self.endpoints.values_mut() {
             e.publish();
+        }
+    }
+
+    /// Delivers frames `start..start + k` of the arena (`k` at most `N`).
+    fn deliver_chunk<const N: usize>(&mut self, start: usize, k: usize, clock: Instant) {
+        let slot = self.slot;
+        let mut views: [&[u8]; N] = [&[]; N];
+        for (j, v) in views[..k].iter_mut().enumerate() {
+            let i = start + j;
+            *v = &self.arena[i * slot..i * slot + self.lens[i]];
+        }
+        let mut ids = [None; N];
+        let t0 = cycles::now();
+        self.dpf.demux_batch(&views[..k], &mut ids[..k]);
+        let mut now = cycles::now();
+        let demux_share = now.saturating_sub(t0) / k as u64;
+        // By reference: the array of ids is not copied for the loop.
+        for (frame, &id) in views[..k].iter().zip(&ids[..k]) {
+            let frame = *frame;
+            if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+                self.host.on_arp(frame, clock);
+            }
+            let kind = frag::kind(frame);
+            let (to, waited) = match kind {
+                FragKind::Whole => (
+                    id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
+                    Vec::new(),
+                ),
+                // A body fragment goes where its head went, whatever a
+                // filter says of it: it carries no port to classify on.
+                FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
+                FragKind::Head => {
+                    let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
+                    let to = match chan {
+                        Some(c) => To::Channel(ChannelId(c)),
+                        None if self.host.takes_fragment(frame) => To::Host,
+                        None => To::Nobody,
+                    };
+                    (to, self.frag.head(frame, to, clock))
+                }
+            };
+            let chan = match to {
+                To::Channel(c) => Some(c.0),
+                _ => None,
+            };
+            // An ICMP error no filter took goes to the socket whose
+            // datagram it quotes: only here, off the fast path.
+            let chan = match chan {
+                None if kind == FragKind::Whole => route_icmp_error(
+                    &mut self.host,
+                    &self.ports,
+                    &self.endpoints,
+                    &self.channels,
+                    frame,
+                ),
+                c => c,
+            };
+            let owner = chan.and_then(|c| to_channel(delivery!(self), c, frame, &waited, clock));
+            let t = cycles::now();
+            let Some((e, copy)) = owner else {
+                // A filter without a channel: a connection the
+                // multiplexer holds in TIME-WAIT.
+                if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
+                    if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
+                        // As release_time_wait, field by field: the
+                        // frame borrows the receive arena.
+                        let _ = self.dpf.delete(FilterId(filter));
+                        self.ports.unhold(Proto::Tcp, t.local.1);
+                        self.host.stats.time_wait_reused += 1;
+                        // The SYN goes where it would have without the
+                        // hold: a listener, or the host's RST.
+                        let again = self.dpf.demux(frame).map(|f| f.0);
+                        let taken =
+                            again.and_then(|c| to_channel(delivery!(self), c, frame, &[], clock));
+                        if taken.is_none() {
+                            self.rx_unmatched += 1;
+                            self.host.on_unmatched(frame, clock);
+                        }
+                    } else {
+                        let span = self.time_wait_span();
+                        self.time_wait
+                            .on_segment(c, frame, clock, span, &mut self.host);
+                    }
+                } else {
+                    if to == To::Host {
+                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+                            self.host.on_echo_fragment(f, clock);
+                        }
+                    }
+                    // Body fragments held or dropped are the pool's to count.
+                    if kind != FragKind::Body {
+                        self.rx_unmatched += 1;
+                        if to != To::Host {
+                            self.host.on_unmatched(frame, clock);
+                        }
+                    }
+                }
+                let done = cycles::now();
+                self.host.stats.cycles += done.saturating_sub(now) + demux_share;
+                now = done;
+                continue;
+            };
+            let spent = t.saturating_sub(now);
+            let copy = copy.min(spent);
+            e.stats.copy_cycles += copy;
+            e.stats.rx_cycles += spent - copy + demux_share;
+            now = t;
         }
     }
 
