@@ -615,7 +615,9 @@ impl Inner {
                 }
             }
         }
-        let frames = self.frames.clone();
+        // A clone (an Arc) holds the frames while their bytes are input;
+        // taken at the first frame in a buffer, as most pumps see none.
+        let mut frames = None;
         let mut inline = [0u8; INLINE_MAX];
         while let Ok(Some(d)) = self.rx.pop_frame(&mut inline) {
             if d.is_inline() {
@@ -623,10 +625,11 @@ impl Inner {
                 self.input(now, d.channel, &inline[..n], None);
                 continue;
             }
+            let frames: &Frames = frames.get_or_insert_with(|| self.frames.clone());
             let Some(buffer) = frames.layout().buffer_of(d.offset) else {
                 continue;
             };
-            let kept = match segment_bytes(&frames, d.offset, d.len) {
+            let kept = match segment_bytes(frames, d.offset, d.len) {
                 Some(frame) => self.input(now, d.channel, frame, Some((buffer, d.offset))),
                 None => false,
             };

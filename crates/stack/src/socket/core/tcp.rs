@@ -1038,8 +1038,7 @@ impl Inner {
         if !self.conn(id).is_some_and(|c| c.conn.may_transmit()) {
             return;
         }
-        let frames = self.frames.clone();
-        let frame_size = frames.layout().frame_size() as usize;
+        let frame_size = self.frames.layout().frame_size() as usize;
         // The same for every segment of the connection: looked up once.
         let Some(s) = self.sock_opt(id) else { return };
         let (channel, local, ttl) = (s.channel, s.local, s.ttl);
@@ -1073,6 +1072,9 @@ impl Inner {
             }
             return;
         }
+        // Segments go in send buffers held through a clone of the frames (an
+        // Arc), which the path above does without.
+        let frames = self.frames.clone();
         let mtu = route.mtu;
         let mut pushed = false;
         loop {
