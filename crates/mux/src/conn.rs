@@ -85,9 +85,9 @@ enum Read<'a> {
 /// [`TcpPacket::new_checked`], on the bytes: this runs on every segment
 /// either way, and the views' accessors each check again.
 fn read(frame: &[u8]) -> Read<'_> {
-    let get_u16 = |b: &[u8], at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
-    let get_u32 =
-        |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // One bounds check and one load per field.
+    let get_u16 = |b: &[u8], at: usize| u16::from_be_bytes(b[at..at + 2].try_into().expect("2"));
+    let get_u32 = |b: &[u8], at: usize| u32::from_be_bytes(b[at..at + 4].try_into().expect("4"));
     // RFC 791 §3.1: version 4, IHL at least 5 words, the header within the
     // total length and the total length within the frame.
     let Some(ip) = frame

@@ -5,14 +5,17 @@
 //! These and the views' small accessors are `#[inline]`: a load or two each,
 //! on every frame, which other crates otherwise often call out of line.
 
+// One bounds check and one load per field: indexing byte by byte checks
+// each byte, which the compiler does not always merge.
+
 #[inline]
 pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    u16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
 }
 
 #[inline]
 pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 #[inline]
