@@ -1624,6 +1624,10 @@ impl Connection {
     /// (RFC 2883 §4: a first block below SEG.ACK or within the second), which
     /// widens RACK's reordering window instead.
     fn take_sack_blocks(&mut self, seg: &Segment, now: Time) -> u32 {
+        // Most ACKs carry none: nothing to set up.
+        if seg.sack.iter().all(Option::is_none) {
+            return 0;
+        }
         let mut newly = 0;
         let mut taken = [(SeqNum(0), SeqNum(0)); MAX_SACK_BLOCKS];
         let mut count = 0;
