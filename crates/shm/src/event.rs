@@ -403,6 +403,7 @@ impl Notifier {
     /// After publishing work for the other side: signals it if it sleeps
     /// (Expert's `kick_tx` only when the PCSR says the scan is idle).
     /// Returns whether it signalled.
+    #[inline]
     pub fn notify_if_sleeping(&self) -> io::Result<bool> {
         let wake = self.word.get().wants_wakeup();
         if wake {

@@ -47,6 +47,7 @@ pub(crate) struct DescSlot {
 
 impl DescSlot {
     // Relaxed: the ring indices' acquire/release order these accesses.
+    #[inline]
     fn load(&self) -> Desc {
         Desc {
             offset: self.offset.load(Ordering::Relaxed),
@@ -56,6 +57,7 @@ impl DescSlot {
         }
     }
 
+    #[inline]
     fn store(&self, d: &Desc) {
         self.offset.store(d.offset, Ordering::Relaxed);
         self.len.store(d.len, Ordering::Relaxed);
@@ -163,20 +165,24 @@ struct Ring {
 }
 
 impl Ring {
+    #[inline]
     fn producer(&self) -> &AtomicU32 {
         // SAFETY: valid while `_keep` lives (the `Ring` invariant).
         unsafe { self.ptrs.producer.as_ref() }
     }
 
+    #[inline]
     fn consumer(&self) -> &AtomicU32 {
         // SAFETY: valid while `_keep` lives (the `Ring` invariant).
         unsafe { self.ptrs.consumer.as_ref() }
     }
 
+    #[inline]
     fn entries(&self) -> u32 {
         self.ptrs.mask + 1
     }
 
+    #[inline]
     fn desc(&self, index: u32) -> &DescSlot {
         let i = (index & self.ptrs.mask) as usize;
         // SAFETY: `i <= mask` and there are `mask + 1` slots (the `Ring`
@@ -282,17 +288,20 @@ impl Producer {
     }
 
     /// Number of entries in the ring.
+    #[inline]
     pub fn entries(&self) -> u32 {
         self.ring.entries()
     }
 
     /// Whether [`write_inline`](Self::write_inline) can be used (rx, tx).
+    #[inline]
     pub fn has_inline(&self) -> bool {
         self.ring.ptrs.inline.is_some()
     }
 
     /// Reserves up to `n` entries and returns how many were granted (0 when
     /// the ring is full). A new reservation replaces an unsubmitted one.
+    #[inline]
     pub fn reserve(&mut self, n: u32) -> Result<u32, RingError> {
         let size = self.ring.entries();
         let mut free = size - self.prod.wrapping_sub(self.cons_cache);
@@ -318,6 +327,7 @@ impl Producer {
     ///
     /// # Panics
     /// If `i` is not below the count the last `reserve` granted.
+    #[inline]
     pub fn write(&mut self, i: u32, desc: Desc) {
         assert!(
             i < self.reserved,
@@ -370,6 +380,7 @@ impl Producer {
     ///
     /// # Panics
     /// If `k` exceeds the count the last `reserve` granted.
+    #[inline]
     pub fn submit(&mut self, k: u32) {
         assert!(
             k <= self.reserved,
@@ -458,6 +469,7 @@ impl Producer {
     /// Entries published and not yet given back by the consumer, read fresh
     /// from shared memory. A consumer index out of range reads as a full
     /// ring (this is a hint for wake-ups, not a bound anything relies on).
+    #[inline]
     pub fn outstanding(&self) -> u32 {
         let cons = self.ring.consumer().load(Ordering::Relaxed);
         self.prod.wrapping_sub(cons).min(self.ring.entries())
@@ -466,6 +478,9 @@ impl Producer {
 
 /// The consuming end of a ring: rx and completion for the application, free
 /// and tx for the multiplexer.
+///
+/// The small index operations of both ends are `#[inline]`: the stack and
+/// the multiplexer call them dozens of times per round trip, across crates.
 ///
 /// Batch use: [`peek`](Self::peek) up to `n`, [`read`](Self::read) entries
 /// `0..k` of the `k` available (each read copies the descriptor out of
@@ -500,12 +515,14 @@ impl Consumer {
     }
 
     /// Number of entries in the ring.
+    #[inline]
     pub fn entries(&self) -> u32 {
         self.ring.entries()
     }
 
     /// Makes up to `n` entries available to [`read`](Self::read) and returns
     /// how many (0 when the ring is empty).
+    #[inline]
     pub fn peek(&mut self, n: u32) -> Result<u32, RingError> {
         let mut avail = self.prod_cache.wrapping_sub(self.cons);
         if avail < n {
@@ -530,6 +547,7 @@ impl Consumer {
     ///
     /// # Panics
     /// If `i` is not below the count the last `peek` returned.
+    #[inline]
     pub fn read(&self, i: u32) -> Desc {
         assert!(i < self.peeked, "read({i}) beyond peek of {}", self.peeked);
         self.ring.desc(self.cons.wrapping_add(i)).load()
@@ -561,6 +579,7 @@ impl Consumer {
     ///
     /// # Panics
     /// If `n` exceeds the count the last `peek` returned.
+    #[inline]
     pub fn release(&mut self, n: u32) {
         assert!(
             n <= self.peeked,
@@ -578,6 +597,7 @@ impl Consumer {
     }
 
     /// Takes one descriptor (free and completion rings).
+    #[inline]
     pub fn pop(&mut self) -> Result<Option<Desc>, RingError> {
         if self.peek(1)? == 0 {
             return Ok(None);
@@ -605,6 +625,7 @@ impl Consumer {
     /// Whether the producer has published entries we have not taken: the
     /// re-check of the sleep protocol. Reads shared memory only when the
     /// cached producer index says the ring is empty.
+    #[inline]
     pub fn has_pending(&self) -> bool {
         self.prod_cache != self.cons || self.ring.producer().load(Ordering::Acquire) != self.cons
     }

@@ -69,6 +69,7 @@ impl WakeWord {
 
     /// Waker, after publishing work: must the owner of this word be
     /// signalled because it sleeps?
+    #[inline]
     pub(crate) fn wants_wakeup(&self) -> bool {
         fence(Ordering::SeqCst);
         self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF) == Self::SLEEPING
