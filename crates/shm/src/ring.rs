@@ -610,6 +610,7 @@ impl Consumer {
     /// Takes one frame descriptor (rx and tx rings); if it is inline, its
     /// bytes (`desc.len` of them, at most [`INLINE_MAX`]) are copied into
     /// `inline` first.
+    #[inline]
     pub fn pop_frame(&mut self, inline: &mut [u8; INLINE_MAX]) -> Result<Option<Desc>, RingError> {
         if self.peek(1)? == 0 {
             return Ok(None);

@@ -192,6 +192,7 @@ impl Reassembler {
     }
 
     /// When [`Reassembler::poll`] next has a datagram to time out.
+    #[inline]
     pub fn next_deadline(&self) -> Option<Time> {
         self.timers.next_deadline()
     }

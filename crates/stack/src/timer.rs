@@ -216,6 +216,7 @@ impl<T> TimerWheel<T> {
     /// The earliest time at which [`TimerWheel::advance`] will return a timer (the
     /// earliest deadline rounded up to a tick), or `None` if no timer is pending: when
     /// an event loop should wake up next.
+    #[inline]
     pub fn next_deadline(&self) -> Option<Time> {
         // The common case on a receive path: nothing pending, no slot scan.
         if self.is_empty() {

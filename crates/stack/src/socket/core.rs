@@ -406,6 +406,7 @@ impl Inner {
     }
 
     /// The earliest timer of the cores and connections.
+    #[inline]
     pub fn next_deadline(&self) -> Option<Time> {
         earlier(
             earlier(self.reasm.next_deadline(), self.arp.next_deadline()),
@@ -643,8 +644,11 @@ impl Inner {
             self.tcp_timers(now);
         }
         self.tcp_transmit_dirty(now);
-        // A failure to give buffers back is retried on the next pump.
-        let _ = self.give_back();
+        // A failure to give buffers back is retried on the next pump. Most
+        // pumps have none to give: no call.
+        if !self.to_free.is_empty() {
+            let _ = self.give_back();
+        }
     }
 
     /// Sorts one received frame into its socket; true if the socket now holds

@@ -1040,6 +1040,7 @@ impl Connection {
     }
 
     /// The earliest deadline at which [`Connection::handle_timeout`] has work.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
         // Pairwise, not an iterator over the six: asked after every event.
         earlier(
@@ -1097,6 +1098,7 @@ impl Connection {
     }
 
     /// Data or a FIN waits to go out.
+    #[inline]
     fn has_unsent(&self) -> bool {
         let offset = self.snd_nxt.diff(self.send_base).max(0) as usize;
         offset < self.send_buf.len() || (self.fin_queued && offset == self.send_buf.len())
@@ -2226,7 +2228,9 @@ impl Connection {
 
     /// Whether [`Connection::poll_transmit`] may have a segment now: false
     /// only when it certainly has none, so that a caller can skip preparing
-    /// to send (a route, a buffer) after most events.
+    /// to send (a route, a buffer) after most events. Inline: asked some ten
+    /// times a round trip, mostly to answer false.
+    #[inline]
     pub fn may_transmit(&self) -> bool {
         self.rst_pending.is_some()
             || self.ack_now
