@@ -582,12 +582,11 @@ impl<'a> TcpRepr<'a> {
         let buf = buf
             .get_mut(..usize::from(len))
             .ok_or(WireError::Truncated)?;
-        let mut p = self.write_header(buf, hl);
+        let header = self.write_header(buf, hl);
         // Copy once, checksum in the copy: the payload's sum comes from the
         // copy itself (it starts at an even offset, so the sums simply add).
-        let payload = checksum::copy_and_sum(p.payload_mut(), self.payload);
-        let b = p.into_inner();
-        Self::finish(b, hl, len, payload, src, dst);
+        let payload = checksum::copy_and_sum(&mut buf[hl..], self.payload);
+        Self::finish(buf, len, header, payload, src, dst);
         Ok(())
     }
 
@@ -606,8 +605,8 @@ impl<'a> TcpRepr<'a> {
     ) -> Result<usize, WireError> {
         let (hl, len) = self.lengths(payload_len)?;
         let buf = buf.get_mut(..hl).ok_or(WireError::Truncated)?;
-        let p = self.write_header(buf, hl);
-        Self::finish(p.into_inner(), hl, len, payload_sum, src, dst);
+        let header = self.write_header(buf, hl);
+        Self::finish(buf, len, header, payload_sum, src, dst);
         Ok(hl)
     }
 
@@ -621,34 +620,47 @@ impl<'a> TcpRepr<'a> {
         Ok((hl, len))
     }
 
-    /// Fills in the header's fields and options, the checksum zero.
-    fn write_header<'b>(&self, buf: &'b mut [u8], hl: usize) -> TcpPacket<&'b mut [u8]> {
-        let mut p = TcpPacket::new_unchecked(buf);
-        p.set_src_port(self.src_port);
-        p.set_dst_port(self.dst_port);
-        p.set_seq_number(self.seq_number);
-        p.set_ack_number(self.ack_number);
-        p.set_header_len(hl);
-        p.set_flags(self.flags);
-        p.set_window(self.window);
-        p.set_urgent_ptr(self.urgent_ptr);
-        let opts = p.options_mut();
+    /// Fills in the header's fields and options (`hl` bytes in all, padded),
+    /// the checksum zero; returns the header's sum ([`checksum::sum`]).
+    ///
+    /// The fixed header (RFC 9293 §3.1) goes as its five 32-bit words, and
+    /// the header is summed as 32-bit numbers, the fixed part before it is
+    /// written: [`checksum::fold`] reduces them to the sum of their 16-bit
+    /// halves.
+    fn write_header(&self, buf: &mut [u8], hl: usize) -> u16 {
+        let words = [
+            (u32::from(self.src_port) << 16) | u32::from(self.dst_port),
+            self.seq_number,
+            self.ack_number,
+            (u32::from(((hl / 4) as u8) << 4) << 24)
+                | (u32::from(self.flags) << 16)
+                | u32::from(self.window),
+            // The checksum, zero, then the urgent pointer.
+            u32::from(self.urgent_ptr),
+        ];
+        let (fixed, opts) = buf[..hl].split_at_mut(MIN_HEADER_LEN);
+        for (b, w) in fixed.chunks_exact_mut(4).zip(words) {
+            b.copy_from_slice(&w.to_be_bytes());
+        }
         let (given, padding) = opts.split_at_mut(self.options.len());
         given.copy_from_slice(self.options);
         // Options are mostly whole words: no call to fill nothing.
         if !padding.is_empty() {
             padding.fill(0);
         }
-        p.set_checksum(0);
-        p
+        let mut sum: u64 = words.iter().map(|&w| u64::from(w)).sum();
+        for w in opts.chunks_exact(4) {
+            sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+        }
+        checksum::fold(sum)
     }
 
-    /// Stores the checksum over the pseudo-header, the header at the front of
-    /// `b` and data summing to `payload`.
-    fn finish(b: &mut [u8], hl: usize, len: u16, payload: u16, src: Ipv4Addr, dst: Ipv4Addr) {
+    /// Stores the checksum over the pseudo-header, a header summing to
+    /// `header` at the front of `b` and data summing to `payload`.
+    fn finish(b: &mut [u8], len: u16, header: u16, payload: u16, src: Ipv4Addr, dst: Ipv4Addr) {
         let sum = [
             checksum::pseudo_header_sum(src, dst, protocol::TCP, len),
-            checksum::sum(&b[..hl]),
+            header,
             payload,
         ]
         .into_iter()
@@ -660,6 +672,7 @@ impl<'a> TcpRepr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const A: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     const B: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
@@ -701,6 +714,54 @@ mod tests {
         let n = write_options(&[TcpOption::NoOp, TcpOption::NoOp, sack], &mut buf).unwrap();
         assert_eq!(n, 36);
         assert_eq!(collect(&buf[..n])[2].as_ref().unwrap(), &sack);
+    }
+
+    proptest! {
+        /// The header written and summed as words is the one the setters
+        /// write, its checksum the complement of the sum of the bytes.
+        #[test]
+        fn emit_writes_what_the_setters_write(
+            words in proptest::array::uniform5(any::<u32>()),
+            f in any::<u8>(),
+            options in proptest::collection::vec(any::<u8>(), 0..41),
+            payload in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            let repr = TcpRepr {
+                src_port: words[0] as u16,
+                dst_port: (words[0] >> 16) as u16,
+                seq_number: words[1],
+                ack_number: words[2],
+                flags: f,
+                window: words[3] as u16,
+                urgent_ptr: words[4] as u16,
+                options: &options,
+                payload: &payload,
+            };
+            let mut got = vec![0xaa; repr.buffer_len()];
+            repr.emit(&mut got, A, B).unwrap();
+            let mut want = vec![0xaa; repr.buffer_len()];
+            let mut p = TcpPacket::new_unchecked(&mut want[..]);
+            p.set_src_port(repr.src_port);
+            p.set_dst_port(repr.dst_port);
+            p.set_seq_number(repr.seq_number);
+            p.set_ack_number(repr.ack_number);
+            p.set_header_len(repr.header_len());
+            p.set_flags(f);
+            p.set_window(repr.window);
+            p.set_urgent_ptr(repr.urgent_ptr);
+            let opts = p.options_mut();
+            opts[..options.len()].copy_from_slice(&options);
+            opts[options.len()..].fill(0);
+            p.payload_mut().copy_from_slice(&payload);
+            p.set_checksum(0);
+            let len = want.len() as u16;
+            let sum = checksum::add(
+                checksum::pseudo_header_sum(A, B, protocol::TCP, len),
+                checksum::sum_reference(&want),
+            );
+            TcpPacket::new_unchecked(&mut want[..]).set_checksum(!sum);
+            prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
