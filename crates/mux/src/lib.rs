@@ -1540,7 +1540,7 @@ impl Mux {
         // After the kick: waking an application first could delay it.
         for id in self.moved.drain(..) {
             if let Some(e) = self.endpoints.get(&id) {
-                let _ = e.ep.upcall.notify_if_sleeping();
+                let _ = e.ep.upcall.notify_tx_done();
             }
         }
         match link_err {

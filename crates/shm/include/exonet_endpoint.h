@@ -106,7 +106,11 @@
  *         send(its doorbell's tx end, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
  *     (EAGAIN means rings are already queued: the sleeper will wake.)
  * The multiplexer also signals the application when EXONET_WAKE_ALMOST_FULL
- * is set and rx has just reached `almost_full` outstanding entries.
+ * is set and rx has just reached `almost_full` outstanding entries. After a
+ * transmit scan took an application's tx entries it skips the signal when
+ * EXONET_WAKE_RX_ONLY is set: an application sets it before a sleep that
+ * waits for received frames only (not for tx room or completions), and
+ * clears it, fences and re-checks its rings before one that does not.
  * Switching upcalls back on: clear UPCALLS_OFF, fence, and if a thread of
  * yours sleeps and your rings have work, ring your own doorbell.
  */
@@ -141,6 +145,7 @@
 #define EXONET_WAKE_SLEEPING 0x1u    /* signal me after giving me work */
 #define EXONET_WAKE_UPCALLS_OFF 0x2u /* never signal me */
 #define EXONET_WAKE_ALMOST_FULL 0x4u /* signal me when rx reaches almost_full */
+#define EXONET_WAKE_RX_ONLY 0x8u     /* my sleep waits for rx only: no signal for tx taken */
 
 struct exonet_desc {
     uint32_t offset;  /* from the start of the segment */

@@ -317,6 +317,15 @@ impl Sleeper {
         self.sleep_or_hangup(timeout, None, ready)
     }
 
+    /// Whether this side's sleeps wait for received frames only
+    /// ([`crate::WakeWord::RX_ONLY`]): then a transmit scan that took its
+    /// frames does not signal it. Set it only while nothing waits for room
+    /// on the tx ring or for buffers back on completion; after clearing it,
+    /// re-check the rings before sleeping.
+    pub fn set_rx_only(&self, on: bool) {
+        self.word.get().set_rx_only(on);
+    }
+
     /// [`sleep`](Self::sleep), also waking with [`Wakeup::HangUp`] when
     /// `hangup` (the control socket) hangs up: the other side is gone.
     pub fn sleep_or_hangup(
@@ -406,6 +415,19 @@ impl Notifier {
     #[inline]
     pub fn notify_if_sleeping(&self) -> io::Result<bool> {
         let wake = self.word.get().wants_wakeup();
+        if wake {
+            self.bell.signal()?;
+        }
+        Ok(wake)
+    }
+
+    /// After taking the other side's tx entries (room on its tx ring,
+    /// completions on its way): signals it if it sleeps, unless its sleep
+    /// waits for received frames only ([`crate::WakeWord::RX_ONLY`]).
+    /// Returns whether it signalled.
+    #[inline]
+    pub fn notify_tx_done(&self) -> io::Result<bool> {
+        let wake = self.word.get().wants_tx_upcall();
         if wake {
             self.bell.signal()?;
         }

@@ -36,7 +36,7 @@ use crate::sync::{fence, AtomicU32, Ordering};
 #[repr(C, align(64))]
 pub struct WakeWord {
     /// [`WakeWord::SLEEPING`], [`WakeWord::UPCALLS_OFF`],
-    /// [`WakeWord::ALMOST_FULL`].
+    /// [`WakeWord::ALMOST_FULL`], [`WakeWord::RX_ONLY`].
     pub flags: AtomicU32,
     /// The rx "almost full" threshold, in entries (U-Net's second upcall
     /// condition), when [`WakeWord::ALMOST_FULL`] is set.
@@ -55,6 +55,12 @@ impl WakeWord {
     /// Signal this side when its rx ring fills up to `almost_full` entries,
     /// sleeping or not (U-Net's "receive queue almost full" upcall).
     pub const ALMOST_FULL: u32 = 1 << 2;
+    /// This side's sleep waits for received frames only, not for room on its
+    /// tx ring nor for buffers back on completion: a transmit scan that took
+    /// its frames need not signal it (an application waiting for an answer
+    /// would otherwise be woken once for its own request's completion and
+    /// again for the answer).
+    pub const RX_ONLY: u32 = 1 << 3;
 
     /// Sleeper, before the re-check: announce the sleep, then fence.
     pub(crate) fn announce_sleep(&self) {
@@ -73,6 +79,28 @@ impl WakeWord {
     pub(crate) fn wants_wakeup(&self) -> bool {
         fence(Ordering::SeqCst);
         self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF) == Self::SLEEPING
+    }
+
+    /// Waker, after taking the owner's tx entries (room on its tx ring,
+    /// buffers on its completion ring): must it be signalled, because it
+    /// sleeps and waits for more than received frames?
+    #[inline]
+    pub(crate) fn wants_tx_upcall(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF | Self::RX_ONLY)
+            == Self::SLEEPING
+    }
+
+    /// Owner: sets or clears [`WakeWord::RX_ONLY`]; clearing it fences, so
+    /// that a re-check of the rings after it cannot miss a transmit scan
+    /// that did not signal.
+    pub(crate) fn set_rx_only(&self, on: bool) {
+        if on {
+            self.flags.fetch_or(Self::RX_ONLY, Ordering::Relaxed);
+        } else {
+            self.flags.fetch_and(!Self::RX_ONLY, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+        }
     }
 
     /// Waker, after publishing rx entries: must the owner be signalled,

@@ -129,6 +129,7 @@ fn c_header_layout_matches_rust() {
         ("WAKE_SLEEPING", WakeWord::SLEEPING as u64),
         ("WAKE_UPCALLS_OFF", WakeWord::UPCALLS_OFF as u64),
         ("WAKE_ALMOST_FULL", WakeWord::ALMOST_FULL as u64),
+        ("WAKE_RX_ONLY", WakeWord::RX_ONLY as u64),
     ];
     assert_eq!(
         c.len(),

@@ -611,6 +611,38 @@ fn upcalls_off_suppress_signals_and_on_catches_up() {
 }
 
 #[test]
+fn a_sleep_for_received_frames_only_is_not_woken_by_a_transmit_scan() {
+    let (app, mut mux, file) = pair_with_file(&small());
+    app.wake.set_rx_only(true);
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            app.wake
+                .sleep(Some(Duration::from_secs(10)), || false)
+                .unwrap()
+        });
+        until_app_sleeps(&file);
+        // Its frames taken: no signal for a sleep that waits for rx only.
+        assert!(!mux.upcall.notify_tx_done().unwrap());
+        // A received frame does signal it.
+        mux.rx.push_inline(0, b"x").unwrap();
+        assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
+        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
+    });
+    // Cleared: a transmit scan signals a sleeper again.
+    app.wake.set_rx_only(false);
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            app.wake
+                .sleep(Some(Duration::from_secs(10)), || false)
+                .unwrap()
+        });
+        until_app_sleeps(&file);
+        assert!(mux.upcall.notify_tx_done().unwrap());
+        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
+    });
+}
+
+#[test]
 fn almost_full_upcall_fires_once_per_crossing() {
     let (mut app, mut mux) = pair(&small());
     app.wake.set_almost_full(Some(6));

@@ -400,6 +400,12 @@ impl Inner {
             || (self.tx_blocked && self.tx.outstanding() < self.tx.entries())
     }
 
+    /// A send found the tx ring or the send buffers full: a sleep must also
+    /// wait for the multiplexer to take frames, not only for received ones.
+    pub fn tx_blocked(&self) -> bool {
+        self.tx_blocked
+    }
+
     /// Frames wait on the tx ring for the multiplexer.
     pub fn tx_queued(&self) -> bool {
         self.tx.outstanding() > 0

@@ -570,7 +570,12 @@ impl Shared {
             let timeout = until.map(|u| u.saturating_duration_since(now));
             if g.sleeping {
                 // Another thread sleeps on the doorbell and wakes us after it pumps;
-                // the cap covers its leaving without data for us.
+                // the cap covers its leaving without data for us. A send of ours
+                // that waits for the multiplexer to take frames needs the
+                // sleeper woken for that too.
+                if g.tx_blocked() && !self.in_process {
+                    self.wake.set_rx_only(false);
+                }
                 let cap = Duration::from_millis(10);
                 let d = timeout.map_or(cap, |x| x.min(cap));
                 g.followers += 1;
@@ -583,6 +588,7 @@ impl Shared {
                 continue;
             }
             g.sleeping = true;
+            let rx_only = !g.tx_blocked();
             drop(g);
             let slept = if self.in_process {
                 // Nobody else moves the frames: sleep on the link and the
@@ -594,6 +600,10 @@ impl Shared {
                 m.sleep(timeout.map_or(cap, |t| t.min(cap)))
                     .and_then(|()| m.drive().map(drop))
             } else {
+                // Nothing waits for room on the tx ring or for buffers: the
+                // multiplexer taking our frames need not wake us (a request's
+                // completion would wake us before its answer).
+                self.wake.set_rx_only(rx_only);
                 self.sleep(timeout)
             };
             g = self.lock();
