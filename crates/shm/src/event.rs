@@ -414,11 +414,7 @@ impl Notifier {
     /// Returns whether it signalled.
     #[inline]
     pub fn notify_if_sleeping(&self) -> io::Result<bool> {
-        let wake = self.word.get().wants_wakeup();
-        if wake {
-            self.bell.signal()?;
-        }
-        Ok(wake)
+        self.signal_if(self.word.get().wants_wakeup())
     }
 
     /// After taking the other side's tx entries (room on its tx ring,
@@ -427,11 +423,7 @@ impl Notifier {
     /// Returns whether it signalled.
     #[inline]
     pub fn notify_tx_done(&self) -> io::Result<bool> {
-        let wake = self.word.get().wants_tx_upcall();
-        if wake {
-            self.bell.signal()?;
-        }
-        Ok(wake)
+        self.signal_if(self.word.get().wants_tx_upcall())
     }
 
     /// After publishing entries on the application's `rx` ring: signals the
@@ -443,6 +435,12 @@ impl Notifier {
             .word
             .get()
             .wants_rx_upcall(|| rx.outstanding(), &mut self.above);
+        self.signal_if(wake)
+    }
+
+    /// Rings the other side's doorbell if `wake`; returns `wake`.
+    #[inline]
+    fn signal_if(&self, wake: bool) -> io::Result<bool> {
         if wake {
             self.bell.signal()?;
         }

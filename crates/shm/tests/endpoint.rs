@@ -592,13 +592,7 @@ fn notify_only_when_sleeping() {
 fn upcalls_off_suppress_signals_and_on_catches_up() {
     let (app, mut mux, file) = pair_with_file(&small());
     app.wake.set_upcalls(false, || false).unwrap();
-    std::thread::scope(|s| {
-        let sleeper = s.spawn(|| {
-            app.wake
-                .sleep(Some(Duration::from_secs(10)), || false)
-                .unwrap()
-        });
-        until_app_sleeps(&file);
+    let woke = while_app_sleeps(&app.wake, &file, || {
         // The word says SLEEPING|UPCALLS_OFF: never signalled.
         mux.rx.push_inline(0, b"x").unwrap();
         assert!(!mux.upcall.notify_rx(&mux.rx).unwrap());
@@ -606,40 +600,39 @@ fn upcalls_off_suppress_signals_and_on_catches_up() {
         // Switching upcalls on finds the pending frame and wakes the
         // sleeping thread itself.
         app.wake.set_upcalls(true, || app.rx.has_pending()).unwrap();
-        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
     });
+    assert_eq!(woke, Wakeup::Signaled);
+}
+
+/// Runs `meanwhile` once a thread sleeps on the application's `wake` (for
+/// at most 10 s, ready never) and returns how that sleep ended.
+fn while_app_sleeps(wake: &Sleeper, file: &File, meanwhile: impl FnOnce()) -> Wakeup {
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| wake.sleep(Some(Duration::from_secs(10)), || false).unwrap());
+        until_app_sleeps(file);
+        meanwhile();
+        sleeper.join().unwrap()
+    })
 }
 
 #[test]
 fn a_sleep_for_received_frames_only_is_not_woken_by_a_transmit_scan() {
     let (app, mut mux, file) = pair_with_file(&small());
     app.wake.set_rx_only(true);
-    std::thread::scope(|s| {
-        let sleeper = s.spawn(|| {
-            app.wake
-                .sleep(Some(Duration::from_secs(10)), || false)
-                .unwrap()
-        });
-        until_app_sleeps(&file);
+    let woke = while_app_sleeps(&app.wake, &file, || {
         // Its frames taken: no signal for a sleep that waits for rx only.
         assert!(!mux.upcall.notify_tx_done().unwrap());
         // A received frame does signal it.
         mux.rx.push_inline(0, b"x").unwrap();
         assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
-        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
     });
+    assert_eq!(woke, Wakeup::Signaled);
     // Cleared: a transmit scan signals a sleeper again.
     app.wake.set_rx_only(false);
-    std::thread::scope(|s| {
-        let sleeper = s.spawn(|| {
-            app.wake
-                .sleep(Some(Duration::from_secs(10)), || false)
-                .unwrap()
-        });
-        until_app_sleeps(&file);
+    let woke = while_app_sleeps(&app.wake, &file, || {
         assert!(mux.upcall.notify_tx_done().unwrap());
-        assert_eq!(sleeper.join().unwrap(), Wakeup::Signaled);
     });
+    assert_eq!(woke, Wakeup::Signaled);
 }
 
 #[test]
