@@ -942,6 +942,12 @@ impl Inner {
 
     /// Answers the connections marked in this pump, and unbinds what is due.
     pub(super) fn tcp_transmit_dirty(&mut self, now: Time) {
+        // Every connection a full ring or pool stopped is marked dirty and
+        // tried again here, and sets the flag again if it is still stopped;
+        // a datagram's blocked send sets it again on its retry. Without this
+        // the flag outlived the block, and a sleep's re-check saw work
+        // whenever the tx ring had room.
+        self.tx_blocked = false;
         if !self.tcp.dirty.is_empty() {
             let mut dirty = std::mem::take(&mut self.tcp.dirty);
             for &id in &dirty {
