@@ -27,6 +27,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use exonet_wire::ethernet::ethertype;
+use exonet_wire::field::{get_u16, get_u32};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::tcp::flags;
 use exonet_wire::{EthernetFrame, Ipv4Packet, MacAddr, TcpPacket};
@@ -85,9 +86,6 @@ enum Read<'a> {
 /// [`TcpPacket::new_checked`], on the bytes: this runs on every segment
 /// either way, and the views' accessors each check again.
 fn read(frame: &[u8]) -> Read<'_> {
-    // One bounds check and one load per field.
-    let get_u16 = |b: &[u8], at: usize| u16::from_be_bytes(b[at..at + 2].try_into().expect("2"));
-    let get_u32 = |b: &[u8], at: usize| u32::from_be_bytes(b[at..at + 4].try_into().expect("4"));
     // RFC 791 §3.1: version 4, IHL at least 5 words, the header within the
     // total length and the total length within the frame.
     let Some(ip) = frame

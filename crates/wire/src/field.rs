@@ -1,6 +1,7 @@
 //! Big-endian (network byte order) field access shared by the views.
 //!
-//! Callers index only within lengths already validated by `new_checked`.
+//! Callers index only within lengths already validated by `new_checked`
+//! (they panic past the slice's end).
 //!
 //! These and the views' small accessors are `#[inline]`: a load or two each,
 //! on every frame, which other crates otherwise often call out of line.
@@ -8,22 +9,35 @@
 // One bounds check and one load per field: indexing byte by byte checks
 // each byte, which the compiler does not always merge.
 
+/// The big-endian `u16` at `at`.
 #[inline]
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
+pub fn get_u16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
 }
 
+/// The big-endian `u32` at `at`.
 #[inline]
-pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
+pub fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// Writes `v` big-endian at `at`.
 #[inline]
-pub(crate) fn set_u16(b: &mut [u8], at: usize, v: u16) {
+pub fn set_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
+/// Writes `v` big-endian at `at`.
 #[inline]
-pub(crate) fn set_u32(b: &mut [u8], at: usize, v: u32) {
+pub fn set_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes `words` big-endian from the start of `b`: a header's fixed part
+/// built as its 32-bit words at once.
+#[inline]
+pub(crate) fn set_words(b: &mut [u8], words: &[u32]) {
+    for (b, w) in b.chunks_exact_mut(4).zip(words) {
+        b.copy_from_slice(&w.to_be_bytes());
+    }
 }

@@ -3,7 +3,7 @@
 pub use std::net::Ipv4Addr;
 
 use crate::checksum;
-use crate::field::{get_u16, set_u16};
+use crate::field::{get_u16, set_u16, set_words};
 use crate::WireError;
 
 /// Header length without options (IHL = 5).
@@ -193,12 +193,10 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Whether the header checksum verifies (RFC 791 §3.1, RFC 1071).
     #[inline]
     pub fn verify_checksum(&self) -> bool {
-        // The header is whole 32-bit words: added as numbers, which
-        // [`checksum::fold`] reduces to the sum of their 16-bit halves, in
-        // line rather than through [`checksum::sum`]'s general loops.
-        let words = self.buffer.as_ref()[..self.header_len()].chunks_exact(4);
-        let sum = words.map(|w| u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]])));
-        checksum::fold(sum.sum()) == 0xffff
+        // The header is whole 32-bit words.
+        checksum::fold(checksum::add_words(
+            &self.buffer.as_ref()[..self.header_len()],
+        )) == 0xffff
     }
 
     /// The payload, bounded by the total length (link-layer padding excluded) and, for
@@ -215,13 +213,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets version and IHL from a header length in bytes (a multiple of 4).
     #[inline]
     pub fn set_version_and_header_len(&mut self, version: u8, header_len: usize) {
-        self.buffer.as_mut()[0] = (version << 4) | ((header_len / 4) as u8 & 0x0f);
+        self.buffer.as_mut()[0] = version_ihl(version, header_len);
     }
 
     /// Sets DSCP (6 bits) and ECN (2 bits).
     #[inline]
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
-        self.buffer.as_mut()[1] = (dscp << 2) | (ecn & 3);
+        self.buffer.as_mut()[1] = dscp_ecn(dscp, ecn);
     }
 
     /// Sets the total length.
@@ -239,14 +237,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets DF, MF and the fragment offset in bytes (truncated to a multiple of 8).
     #[inline]
     pub fn set_frag(&mut self, dont_frag: bool, more_frags: bool, offset: u16) {
-        let mut v = (offset >> 3) & OFFSET_MASK;
-        if dont_frag {
-            v |= FLAG_DF;
-        }
-        if more_frags {
-            v |= FLAG_MF;
-        }
-        set_u16(self.buffer.as_mut(), 6, v);
+        set_u16(
+            self.buffer.as_mut(),
+            6,
+            frag_field(dont_frag, more_frags, offset),
+        );
     }
 
     /// Sets the time to live.
@@ -403,16 +398,14 @@ impl<'a> Ipv4Repr<'a> {
         // The fixed header (RFC 791 §3.1) as its five 32-bit words, written
         // at once and summed as numbers: [`checksum::fold`] reduces them to
         // the sum of their 16-bit halves, without reading the bytes back.
-        let mut frag = (self.frag_offset >> 3) & OFFSET_MASK;
-        if self.dont_frag {
-            frag |= FLAG_DF;
-        }
-        if self.more_frags {
-            frag |= FLAG_MF;
-        }
+        let frag = frag_field(self.dont_frag, self.more_frags, self.frag_offset);
         let t = total.to_be_bytes();
-        let vhl = (4 << 4) | ((hl / 4) as u8 & 0x0f);
-        let w0 = u32::from_be_bytes([vhl, (self.dscp << 2) | (self.ecn & 3), t[0], t[1]]);
+        let w0 = u32::from_be_bytes([
+            version_ihl(4, hl),
+            dscp_ecn(self.dscp, self.ecn),
+            t[0],
+            t[1],
+        ]);
         let w1 = (u32::from(self.ident) << 16) | u32::from(frag);
         // The checksum field is zero while summed.
         let w2 = (u32::from(self.ttl) << 24) | (u32::from(self.protocol) << 16);
@@ -425,11 +418,35 @@ impl<'a> Ipv4Repr<'a> {
             options.copy_from_slice(self.options);
         }
         let w2 = w2 | u32::from(!sum);
-        for (b, w) in fixed.chunks_exact_mut(4).zip([w0, w1, w2, w3, w4]) {
-            b.copy_from_slice(&w.to_be_bytes());
-        }
+        set_words(fixed, &[w0, w1, w2, w3, w4]);
         Ok(())
     }
+}
+
+/// The first byte: version and IHL from a header length in bytes.
+#[inline]
+fn version_ihl(version: u8, header_len: usize) -> u8 {
+    (version << 4) | ((header_len / 4) as u8 & 0x0f)
+}
+
+/// The second byte: DSCP (6 bits) and ECN (2 bits).
+#[inline]
+fn dscp_ecn(dscp: u8, ecn: u8) -> u8 {
+    (dscp << 2) | (ecn & 3)
+}
+
+/// The flags and fragment offset field: DF, MF and the offset in bytes
+/// (truncated to a multiple of 8).
+#[inline]
+fn frag_field(dont_frag: bool, more_frags: bool, offset: u16) -> u16 {
+    let mut v = (offset >> 3) & OFFSET_MASK;
+    if dont_frag {
+        v |= FLAG_DF;
+    }
+    if more_frags {
+        v |= FLAG_MF;
+    }
+    v
 }
 
 #[cfg(test)]

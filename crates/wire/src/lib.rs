@@ -33,7 +33,7 @@ pub mod build;
 pub mod checksum;
 mod error;
 pub mod ethernet;
-mod field;
+pub mod field;
 pub mod icmp;
 pub mod ipv4;
 pub mod pcap;

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use crate::checksum;
-use crate::field::{get_u16, get_u32, set_u16, set_u32};
+use crate::field::{get_u16, get_u32, set_u16, set_u32, set_words};
 use crate::ipv4::protocol;
 use crate::WireError;
 
@@ -254,7 +254,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// the reserved bits.
     #[inline]
     pub fn set_header_len(&mut self, len: usize) {
-        self.buffer.as_mut()[12] = ((len / 4) as u8) << 4;
+        self.buffer.as_mut()[12] = data_offset(len);
     }
 
     /// Sets all control bits.
@@ -632,27 +632,22 @@ impl<'a> TcpRepr<'a> {
             (u32::from(self.src_port) << 16) | u32::from(self.dst_port),
             self.seq_number,
             self.ack_number,
-            (u32::from(((hl / 4) as u8) << 4) << 24)
+            (u32::from(data_offset(hl)) << 24)
                 | (u32::from(self.flags) << 16)
                 | u32::from(self.window),
             // The checksum, zero, then the urgent pointer.
             u32::from(self.urgent_ptr),
         ];
         let (fixed, opts) = buf[..hl].split_at_mut(MIN_HEADER_LEN);
-        for (b, w) in fixed.chunks_exact_mut(4).zip(words) {
-            b.copy_from_slice(&w.to_be_bytes());
-        }
+        set_words(fixed, &words);
         let (given, padding) = opts.split_at_mut(self.options.len());
         given.copy_from_slice(self.options);
         // Options are mostly whole words: no call to fill nothing.
         if !padding.is_empty() {
             padding.fill(0);
         }
-        let mut sum: u64 = words.iter().map(|&w| u64::from(w)).sum();
-        for w in opts.chunks_exact(4) {
-            sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
-        }
-        checksum::fold(sum)
+        let sum: u64 = words.iter().map(|&w| u64::from(w)).sum();
+        checksum::fold(sum + checksum::add_words(opts))
     }
 
     /// Stores the checksum over the pseudo-header, a header summing to
@@ -667,6 +662,13 @@ impl<'a> TcpRepr<'a> {
         .fold(0, checksum::add);
         TcpPacket::new_unchecked(b).set_checksum(!sum);
     }
+}
+
+/// The data offset byte from a header length in bytes (a multiple of 4), the
+/// reserved bits clear.
+#[inline]
+fn data_offset(header_len: usize) -> u8 {
+    ((header_len / 4) as u8) << 4
 }
 
 #[cfg(test)]
