@@ -77,8 +77,7 @@ impl WakeWord {
     /// signalled because it sleeps?
     #[inline]
     pub(crate) fn wants_wakeup(&self) -> bool {
-        fence(Ordering::SeqCst);
-        self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF) == Self::SLEEPING
+        self.sleeps_without(Self::UPCALLS_OFF)
     }
 
     /// Waker, after taking the owner's tx entries (room on its tx ring,
@@ -86,9 +85,14 @@ impl WakeWord {
     /// sleeps and waits for more than received frames?
     #[inline]
     pub(crate) fn wants_tx_upcall(&self) -> bool {
+        self.sleeps_without(Self::UPCALLS_OFF | Self::RX_ONLY)
+    }
+
+    /// Fences, then whether the owner sleeps with none of the flags `off`.
+    #[inline]
+    fn sleeps_without(&self, off: u32) -> bool {
         fence(Ordering::SeqCst);
-        self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | Self::UPCALLS_OFF | Self::RX_ONLY)
-            == Self::SLEEPING
+        self.flags.load(Ordering::Relaxed) & (Self::SLEEPING | off) == Self::SLEEPING
     }
 
     /// Owner: sets or clears [`WakeWord::RX_ONLY`]; clearing it fences, so
