@@ -1083,7 +1083,12 @@ impl Inner {
         let frames = self.frames.clone();
         let mtu = route.mtu;
         let mut pushed = false;
-        loop {
+        while let Some(c) = conn_in(&mut self.sockets, id) {
+            // The usual end of the loop, told before a ring slot or a buffer
+            // is sought: a connection with nothing to send is not blocked.
+            if !c.conn.may_transmit() {
+                break;
+            }
             if self.tx.outstanding() >= self.tx.entries() {
                 self.tx_blocked = true;
                 self.tcp_mark(id);
@@ -1098,14 +1103,6 @@ impl Inner {
                 self.tx_pool.push(b);
                 break;
             };
-            let Some(c) = conn_in(&mut self.sockets, id) else {
-                self.tx_pool.push(b);
-                break;
-            };
-            if !c.conn.may_transmit() {
-                self.tx_pool.push(b);
-                break;
-            }
             let Some(n) = c
                 .conn
                 .poll_transmit(now, &mut buf[ETH_LEN + IP_LEN..ETH_LEN + mtu])
@@ -1161,18 +1158,17 @@ impl Inner {
     fn tcp_flush_referenced(&mut self, id: usize, now: Time, r: &Route) -> bool {
         let mut pushed = false;
         let mut head = [0u8; INLINE_MAX];
-        loop {
+        while let Some(c) = conn_in(&mut self.sockets, id) {
+            // The usual end of the loop, told without building a segment, and
+            // before ring slots are sought: a connection with nothing to send
+            // is not blocked.
+            if !c.conn.may_transmit() {
+                break;
+            }
             // Room for the longest chain: headers and the two ends of the ring.
             if self.tx.outstanding() + 3 > self.tx.entries() {
                 self.tx_blocked = true;
                 self.tcp_mark(id);
-                break;
-            }
-            let Some(c) = conn_in(&mut self.sockets, id) else {
-                break;
-            };
-            // The usual end of the loop, told without building a segment.
-            if !c.conn.may_transmit() {
                 break;
             }
             let Some((n, pieces)) =
