@@ -27,6 +27,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use exonet_wire::field::tail_word;
+
 use crate::desc::{Desc, INLINE_MAX, MAX_PARTS};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
@@ -104,28 +106,10 @@ impl InlineSlot {
     }
 }
 
-// A partial word's bytes go in at most three moves each way: a copy of a
-// length not known in advance is a call to `memcpy`, which costs more than
-// the rest of a short frame's word.
-
-/// The word whose first native-order bytes are `t` (under 8), the rest zero.
-fn tail_word(t: &[u8]) -> u64 {
-    // Built little-endian (byte k at bits 8k), then put in native order.
-    let mut w = 0u64;
-    let mut at = 0;
-    if t.len() >= 4 {
-        w = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
-        at = 4;
-    }
-    if t.len() - at >= 2 {
-        w |= u64::from(u16::from_le_bytes([t[at], t[at + 1]])) << (8 * at);
-        at += 2;
-    }
-    if t.len() > at {
-        w |= u64::from(t[at]) << (8 * at);
-    }
-    u64::from_le(w)
-}
+// A partial word's bytes go in at most three moves each way (wire's
+// `tail_word` in, `word_tail` out): a copy of a length not known in advance
+// is a call to `memcpy`, which costs more than the rest of a short frame's
+// word.
 
 /// Writes the first `t.len()` (under 8) native-order bytes of `w` to `t`.
 fn word_tail(w: u64, t: &mut [u8]) {

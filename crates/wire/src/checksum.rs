@@ -7,6 +7,8 @@
 
 use std::net::Ipv4Addr;
 
+use crate::field::tail_word;
+
 /// Shortest data that [`sum`] adds in vector lanes.
 const LANES_FROM: usize = 256;
 
@@ -119,27 +121,6 @@ pub fn update(old_cksum: u16, old: u16, new: u16) -> u16 {
 pub fn update_u32(old_cksum: u16, old: u32, new: u32) -> u16 {
     let c = update(old_cksum, (old >> 16) as u16, (new >> 16) as u16);
     update(c, old as u16, new as u16)
-}
-
-/// The last 0 to 7 bytes as the native-order word they start, zero-padded:
-/// in at most three loads (a copy of a length not known in advance is a
-/// call to `memcpy`, which costs more than the sum of a 20-byte header).
-fn tail_word(t: &[u8]) -> u64 {
-    // Built little-endian (byte k at bits 8k), then put in native order.
-    let mut w = 0u64;
-    let mut at = 0;
-    if t.len() >= 4 {
-        w = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
-        at = 4;
-    }
-    if t.len() - at >= 2 {
-        w |= u64::from(u16::from_le_bytes([t[at], t[at + 1]])) << (8 * at);
-        at += 2;
-    }
-    if t.len() > at {
-        w |= u64::from(t[at]) << (8 * at);
-    }
-    u64::from_le(w)
 }
 
 fn load(b: &[u8]) -> u64 {

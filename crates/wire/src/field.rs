@@ -41,3 +41,26 @@ pub(crate) fn set_words(b: &mut [u8], words: &[u32]) {
         b.copy_from_slice(&w.to_be_bytes());
     }
 }
+
+/// The last 0 to 7 bytes of some data as the native-order word they start,
+/// zero-padded: in at most three loads (a copy of a length not known in
+/// advance is a call to `memcpy`, which costs more than the sum of a 20-byte
+/// header or the rest of a short frame's word).
+#[inline]
+pub fn tail_word(t: &[u8]) -> u64 {
+    // Built little-endian (byte k at bits 8k), then put in native order.
+    let mut w = 0u64;
+    let mut at = 0;
+    if t.len() >= 4 {
+        w = u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]]));
+        at = 4;
+    }
+    if t.len() - at >= 2 {
+        w |= u64::from(u16::from_le_bytes([t[at], t[at + 1]])) << (8 * at);
+        at += 2;
+    }
+    if t.len() > at {
+        w |= u64::from(t[at]) << (8 * at);
+    }
+    u64::from_le(w)
+}
