@@ -133,6 +133,79 @@ fn bulk_echo_in_process() {
     bulk_echo(&sa, &sb, 4 << 20);
 }
 
+/// Connections one after another to one server, over daemons: a client's
+/// connect after the second finds its channel bound ahead, and a server's
+/// connection is accepted before its own channel's bind is answered. The
+/// daemons follow every connection all the same: the server closed each
+/// first, and its daemon holds their TIME-WAITs once they go.
+#[test]
+fn repeated_connections_bind_ahead_and_are_followed_by_the_daemons() {
+    const N: usize = 12;
+    let h = two_hosts("tcp-ahead").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let l = TcpListener::bind(&sb, (B, 8080)).unwrap();
+    let server = thread::spawn(move || {
+        for _ in 0..N {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(T).unwrap();
+            let mut req = [0u8; 4];
+            s.read_exact(&mut req).unwrap();
+            s.write_all(&[req[0] + 1; 8]).unwrap();
+        }
+        l
+    });
+    for i in 0..N {
+        let mut c = TcpStream::connect_timeout(&sa, (B, 8080), Duration::from_secs(5)).unwrap();
+        c.set_read_timeout(T).unwrap();
+        c.write_all(&[i as u8; 4]).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        assert_eq!(got, [i as u8 + 1; 8], "connection {i}");
+    }
+    let _l = server.join().unwrap();
+    let (a, b) = (sa.stats(), sb.stats());
+    assert_eq!(
+        (a.tcp.connects, a.tcp.connects_bound_ahead),
+        (N as u64, N as u64 - 2)
+    );
+    assert_eq!(b.tcp.accepts, N as u64);
+    // A connect to another peer port gives the spare back.
+    let l2 = TcpListener::bind(&sb, (B, 8081)).unwrap();
+    let c = TcpStream::connect_timeout(&sa, (B, 8081), Duration::from_secs(5)).unwrap();
+    drop(l2.accept().unwrap());
+    drop(c);
+    let mut ca = exonet_shm::control::Client::connect(h.a.socket()).unwrap();
+    let mut cb = exonet_shm::control::Client::connect(h.b.socket()).unwrap();
+    let mut last = (usize::MAX, 0);
+    for _ in 0..500 {
+        // The client's channels to port 8080: none left (its connections
+        // closed, the spare given back); the server's TIME-WAITs held.
+        let to_8080 = ca
+            .stats()
+            .unwrap()
+            .iter()
+            .filter(|r| r.kind == "channel" && r.label.contains("8080"))
+            .count();
+        let held = cb
+            .stats()
+            .unwrap()
+            .iter()
+            .find(|r| r.kind == "host")
+            .and_then(|r| r.get("time_wait_held"))
+            .unwrap_or(0);
+        last = (to_8080, held);
+        if last == (0, N as u64) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        last,
+        (0, N as u64),
+        "(client channels to 8080, server TIME-WAITs held)"
+    );
+}
+
 #[test]
 fn refused_and_reset() {
     let h = two_hosts("tcp-refused").unwrap();

@@ -266,6 +266,117 @@ impl ConnTrack {
     }
 }
 
+/// The 4-tuple and flags of a TCP/IPv4 segment (`sent`: by us, so ours is
+/// its source), bounds checked; `None` for anything else, or a fragment
+/// after the first.
+pub(crate) fn tuple(frame: &[u8], sent: bool) -> Option<(Tuple, u8)> {
+    let ip = frame.get(14..).filter(|ip| ip.len() >= 20)?;
+    let hl = usize::from(ip[0] & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ip[9] != protocol::TCP || get_u16(ip, 6) & 0x1fff != 0 {
+        return None;
+    }
+    let tcp = ip.get(hl..hl + 14).filter(|_| hl >= 20)?;
+    let addr = |at: usize| Ipv4Addr::from(get_u32(ip, at));
+    let (src, dst) = ((addr(12), get_u16(tcp, 0)), (addr(16), get_u16(tcp, 2)));
+    let (local, remote) = if sent { (src, dst) } else { (dst, src) };
+    Some((Tuple { local, remote }, tcp[13]))
+}
+
+/// Most connections one endpoint has followed on its listeners' channels.
+pub(crate) const MAX_FOLLOWED: usize = 1024;
+
+/// Connections accepted at listeners, followed on the listener's channel
+/// until their own channel is bound (a library does not wait for that
+/// bind, and sends on the listener's channel meanwhile). One is started
+/// only by a segment its application sends without SYN, past the
+/// handshake, so a SYN flood starts none; an endpoint has at most
+/// [`MAX_FOLLOWED`].
+#[derive(Default)]
+pub(crate) struct Followed {
+    /// By 4-tuple: the endpoint and what is known.
+    by_tuple: HashMap<Tuple, (u32, ConnTrack)>,
+    /// How many each endpoint has.
+    count: HashMap<u32, usize>,
+}
+
+impl Followed {
+    pub fn is_empty(&self) -> bool {
+        self.by_tuple.is_empty()
+    }
+
+    /// A segment endpoint `ep` sent on a listener's channel. False if it was
+    /// one to follow and could not be: the endpoint has its most.
+    pub fn on_sent(&mut self, ep: u32, t: Tuple, fl: u8, frame: &[u8]) -> bool {
+        if let Some((owner, conn)) = self.by_tuple.get_mut(&t) {
+            if *owner == ep {
+                conn.on_sent(frame);
+            }
+            return true;
+        }
+        if fl & (flags::SYN | flags::RST) != 0 {
+            return true;
+        }
+        let n = self.count.entry(ep).or_default();
+        if *n >= MAX_FOLLOWED {
+            return false;
+        }
+        *n += 1;
+        let mut conn = ConnTrack::default();
+        conn.on_sent(frame);
+        self.by_tuple.insert(t, (ep, conn));
+        true
+    }
+
+    /// A segment endpoint `ep`'s listener channel took, at `now`.
+    pub fn on_received(&mut self, ep: u32, t: Tuple, frame: &[u8], now: Instant) {
+        if let Some((owner, conn)) = self.by_tuple.get_mut(&t) {
+            if *owner == ep {
+                conn.on_received(frame, now);
+            }
+        }
+    }
+
+    /// What endpoint `ep` followed of connection `t`, whose own channel it
+    /// now has.
+    pub fn take(&mut self, ep: u32, t: &Tuple) -> Option<ConnTrack> {
+        match self.by_tuple.get(t) {
+            Some(&(owner, _)) if owner == ep => {}
+            _ => return None,
+        }
+        self.forget(ep);
+        self.by_tuple.remove(t).map(|(_, c)| c)
+    }
+
+    /// Endpoint `ep`'s connections on `local` (all of them for `None`),
+    /// taken out: their channel, or their endpoint, goes.
+    pub fn drain(&mut self, ep: u32, local: Option<(Ipv4Addr, u16)>) -> Vec<(Tuple, ConnTrack)> {
+        if !self.count.contains_key(&ep) {
+            return Vec::new();
+        }
+        let gone: Vec<Tuple> = self
+            .by_tuple
+            .iter()
+            .filter(|(t, (owner, _))| *owner == ep && local.is_none_or(|l| t.local == l))
+            .map(|(t, _)| *t)
+            .collect();
+        gone.into_iter()
+            .filter_map(|t| {
+                self.forget(ep);
+                self.by_tuple.remove(&t).map(|(_, c)| (t, c))
+            })
+            .collect()
+    }
+
+    fn forget(&mut self, ep: u32) {
+        if let Some(n) = self.count.get_mut(&ep) {
+            *n -= 1;
+            if *n == 0 {
+                self.count.remove(&ep);
+            }
+        }
+    }
+}
+
 /// A connection's addresses: ours, then the peer's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Tuple {

@@ -4,6 +4,7 @@
 //! link outright (it opened it), so its endpoints are privileged; the template
 //! check and the rest run as in a daemon.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -19,12 +20,18 @@ use crate::{ChannelId, ChannelSpec, EndpointId, Mux, MuxError};
 pub struct InProcess {
     mux: Mux,
     prefixes: Vec<(Ipv4Addr, u8)>,
+    /// Answers to begun binds, done at once.
+    begun: VecDeque<io::Result<(u32, u16)>>,
 }
 
 impl InProcess {
     /// Serves `mux`, whose addresses have these prefix lengths.
     pub fn new(mux: Mux, prefixes: Vec<(Ipv4Addr, u8)>) -> InProcess {
-        InProcess { mux, prefixes }
+        InProcess {
+            mux,
+            prefixes,
+            begun: VecDeque::new(),
+        }
     }
 
     pub fn mux(&self) -> &Mux {
@@ -74,6 +81,22 @@ impl Multiplexer for InProcess {
         };
         let (ch, port) = self.mux.bind_socket(EndpointId(endpoint), spec)?;
         Ok((ch.0, port))
+    }
+
+    fn begin_bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> io::Result<()> {
+        let r = self.bind_socket(endpoint, proto, local, remote);
+        self.begun.push_back(r);
+        Ok(())
+    }
+
+    fn bound_socket(&mut self, _wait: bool) -> Option<io::Result<(u32, u16)>> {
+        self.begun.pop_front()
     }
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {

@@ -60,7 +60,7 @@ mod in_process;
 pub mod registry;
 pub mod template;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -83,7 +83,7 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
-use conn::{ConnTrack, Fate, Hold, TimeWaits, Tuple};
+use conn::{ConnTrack, Fate, Followed, Hold, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
 use exonet_shm::control::HandlerSpec;
 use frag::To;
@@ -353,6 +353,10 @@ pub struct EndpointStats {
     pub tx_bad_chain: u64,
     /// Transmit frames naming a channel that is not the endpoint's.
     pub tx_bad_channel: u64,
+    /// Segments of connections accepted at its listeners that could not be
+    /// followed before the connections had channels of their own: it
+    /// followed its most (1024) already.
+    pub tcp_unfollowed: u64,
     /// Frames that failed the channel's template (never sent).
     pub tx_template_mismatch: u64,
     /// Body fragments dropped: their channel sent no head for their
@@ -411,6 +415,7 @@ impl EndpointStats {
             ("tx_bad_desc", self.tx_bad_desc),
             ("tx_bad_chain", self.tx_bad_chain),
             ("tx_bad_channel", self.tx_bad_channel),
+            ("tcp_unfollowed", self.tcp_unfollowed),
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_frag_no_head", self.tx_frag_no_head),
             ("tx_link_error", self.tx_link_error),
@@ -596,6 +601,7 @@ struct Channel {
 /// arena.
 struct Delivery<'m> {
     channels: &'m mut IdMap<Channel>,
+    followed: &'m mut Followed,
     endpoints: &'m mut BTreeMap<EndpointId, Endpoint>,
     hx: &'m mut HandlerTx,
     limits: &'m HandlerLimits,
@@ -607,6 +613,7 @@ macro_rules! delivery {
     ($mux:ident) => {
         Delivery {
             channels: &mut $mux.channels,
+            followed: &mut $mux.followed,
             endpoints: &mut $mux.endpoints,
             hx: &mut $mux.handler_tx,
             limits: &$mux.config.handlers,
@@ -624,6 +631,13 @@ pub struct Mux {
     endpoints: BTreeMap<EndpointId, Endpoint>,
     next_endpoint: u32,
     channels: IdMap<Channel>,
+    /// The channels of TCP connections, by 4-tuple: a connection accepted at
+    /// a listener may send on the listener's channel until it learns of its
+    /// own, and is followed on its own all the same.
+    conn_channels: HashMap<Tuple, u32>,
+    /// Connections followed on their listeners' channels until they have
+    /// their own.
+    followed: Followed,
     ports: Ports,
     host: Host,
     frag: FragPool,
@@ -668,6 +682,8 @@ impl Mux {
             endpoints: BTreeMap::new(),
             next_endpoint: 0,
             channels: IdMap::default(),
+            conn_channels: HashMap::new(),
+            followed: Followed::default(),
             ports: Ports::default(),
             host: Host::new(config.host, mac, addrs, link.mtu(), Instant::now()),
             frag: FragPool::new(&config),
@@ -742,14 +758,36 @@ impl Mux {
         for &ch in &e.channels {
             self.frag.forget_channel(ch);
             if let Some(c) = self.channels.remove(&ch.0) {
+                self.forget_conn_channel(ch, &c);
                 // The filter was installed by us; deleting it cannot fail
                 // unless the id is unknown, which would be a bug here.
                 let _ = self.dpf.delete(c.filter);
                 self.abandon(&c, now);
             }
         }
+        for (t, conn) in self.followed.drain(id.0, None) {
+            self.abandon_conn(&conn, t, now);
+        }
         self.ports.release_all(id);
         Ok(e.ep)
+    }
+
+    /// A channel goes: it is no connection's channel any more.
+    fn forget_conn_channel(&mut self, ch: ChannelId, c: &Channel) {
+        let Some(spec) = c.spec.filter(|_| c.conn.is_some()) else {
+            return;
+        };
+        let Some(remote) = spec.remote else {
+            return;
+        };
+        let t = Tuple {
+            local: (spec.local_addr, spec.local_port),
+            remote,
+        };
+        // A later channel of the same 4-tuple keeps its entry.
+        if self.conn_channels.get(&t) == Some(&ch.0) {
+            self.conn_channels.remove(&t);
+        }
     }
 
     /// 2×MSL.
@@ -771,6 +809,11 @@ impl Mux {
             local: (spec.local_addr, spec.local_port),
             remote,
         };
+        self.abandon_conn(conn, t, now);
+    }
+
+    /// Connection `t`, followed as `conn`, is abandoned.
+    fn abandon_conn(&mut self, conn: &ConnTrack, t: Tuple, now: Instant) {
         match conn.fate(now, self.time_wait_span()) {
             Fate::Done => {}
             Fate::Reset { seq, to } => {
@@ -782,7 +825,15 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait(hold) => self.hold_time_wait(&spec, t, hold),
+            Fate::TimeWait(hold) => {
+                let spec = ChannelSpec {
+                    proto: Proto::Tcp,
+                    local_addr: t.local.0,
+                    local_port: t.local.1,
+                    remote: Some(t.remote),
+                };
+                self.hold_time_wait(&spec, t, hold)
+            }
         }
     }
 
@@ -884,9 +935,17 @@ impl Mux {
         });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
-        let conn = spec
-            .is_some_and(|s| s.proto == Proto::Tcp && s.remote.is_some())
-            .then(ConnTrack::default);
+        let tuple = spec.and_then(|s| {
+            let remote = s.remote.filter(|_| s.proto == Proto::Tcp)?;
+            Some(Tuple {
+                local: (s.local_addr, s.local_port),
+                remote,
+            })
+        });
+        let conn = tuple.map(|t| {
+            self.conn_channels.insert(t, id.0);
+            self.followed.take(ep.0, &t).unwrap_or_default()
+        });
         let text = filters
             .iter()
             .map(|f| f.to_string())
@@ -992,6 +1051,7 @@ impl Mux {
             .channels
             .remove(&ch.0)
             .ok_or(MuxError::NoSuchChannel(ch))?;
+        self.forget_conn_channel(ch, &c);
         let _ = self.dpf.delete(c.filter);
         self.frag.forget_channel(ch);
         if let Some(spec) = c.spec {
@@ -1000,7 +1060,17 @@ impl Mux {
         if let Some(e) = self.endpoints.get_mut(&c.endpoint) {
             e.channels.retain(|&x| x != ch);
         }
-        self.abandon(&c, Instant::now());
+        let now = Instant::now();
+        self.abandon(&c, now);
+        if let Some(spec) = c
+            .spec
+            .filter(|s| s.proto == Proto::Tcp && s.remote.is_none())
+        {
+            let local = (spec.local_addr, spec.local_port);
+            for (t, conn) in self.followed.drain(c.endpoint.0, Some(local)) {
+                self.abandon_conn(&conn, t, now);
+            }
+        }
         Ok(())
     }
 
@@ -1507,7 +1577,11 @@ impl Mux {
                 let turn = tx_turn(
                     id,
                     e,
-                    &mut self.channels,
+                    TxChannels {
+                        by_id: &mut self.channels,
+                        conns: &self.conn_channels,
+                        followed: &mut self.followed,
+                    },
                     &mut *self.link,
                     &mut budget,
                     &mut self.host.idents,
@@ -1602,6 +1676,7 @@ fn to_channel<'e>(
 ) -> Option<(&'e mut Endpoint, u64)> {
     let Delivery {
         channels,
+        followed,
         endpoints,
         hx,
         limits,
@@ -1613,11 +1688,16 @@ fn to_channel<'e>(
     for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
-        if let Some(conn) = &mut ch.conn {
-            if !conn.on_received(f, now) {
-                ch.stats.tcp_malformed += 1;
+        let read = match &mut ch.conn {
+            Some(conn) => conn.on_received(f, now),
+            None => {
+                if let Some((t, _)) = conn::tuple(f, false).filter(|_| !followed.is_empty()) {
+                    followed.on_received(ch.endpoint.0, t, f, now);
+                }
+                true
             }
-        }
+        };
+        ch.stats.tcp_malformed += u64::from(!read);
         let verdict = match &mut ch.handler {
             Some(h) if e.budget.allows(now, limits) => {
                 run_handler(&mut **h, f, chan, e, &mut ch.stats, hx)
@@ -1973,10 +2053,18 @@ impl TxFrame {
 /// One endpoint's turn in the transmit scan: sends while its deficit
 /// covers the next frame.
 #[allow(clippy::too_many_arguments)]
+/// The channels, as a transmit turn needs them.
+struct TxChannels<'m> {
+    by_id: &'m mut IdMap<Channel>,
+    /// Connection channels by 4-tuple.
+    conns: &'m HashMap<Tuple, u32>,
+    followed: &'m mut Followed,
+}
+
 fn tx_turn(
     id: EndpointId,
     e: &mut Endpoint,
-    channels: &mut IdMap<Channel>,
+    channels: TxChannels<'_>,
     link: &mut dyn Link,
     budget: &mut usize,
     idents: &mut Idents,
@@ -2061,6 +2149,7 @@ fn tx_turn(
                             .unwrap_or_default();
                         let frame = &mut out[..len];
                         let Some(ch) = channels
+                            .by_id
                             .get_mut(&f.head().channel)
                             .filter(|ch| ch.endpoint == id)
                         else {
@@ -2087,10 +2176,35 @@ fn tx_turn(
                         }
                         ch.stats.tx_frames += 1;
                         ch.stats.tx_bytes += len as u64;
-                        if let Some(conn) = &mut ch.conn {
-                            if !conn.on_sent(frame) {
-                                ch.stats.tcp_malformed += 1;
+                        let tcp = ch.spec.is_some_and(|s| s.proto == Proto::Tcp);
+                        match &mut ch.conn {
+                            Some(conn) => {
+                                ch.stats.tcp_malformed += u64::from(!conn.on_sent(frame));
                             }
+                            // A listener's channel: a segment of a connection
+                            // it accepted is followed on the connection's own
+                            // channel once it has one, and before that here.
+                            None if tcp => {
+                                if let Some((t, fl)) = conn::tuple(frame, true) {
+                                    match channels
+                                        .conns
+                                        .get(&t)
+                                        .and_then(|c| channels.by_id.get_mut(c))
+                                        .filter(|c| c.endpoint == id)
+                                        .and_then(|c| c.conn.as_mut())
+                                    {
+                                        Some(conn) => {
+                                            conn.on_sent(frame);
+                                        }
+                                        None => {
+                                            if !channels.followed.on_sent(id.0, t, fl, frame) {
+                                                e.stats.tcp_unfollowed += 1;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            None => {}
                         }
                         sent_len = Some(len);
                         Some(len)

@@ -659,3 +659,205 @@ proptest! {
         }
     }
 }
+
+/// A connection accepted at a listener sends on the listener's channel
+/// until the library learns of its own channel (the bind is not waited
+/// for): what it sends there once its channel is bound is followed on that
+/// channel, so its TIME-WAIT is held and its reset carries SND.MAX.
+#[test]
+fn an_accepted_connection_is_followed_on_its_listeners_channel() {
+    const PORT: u16 = 8080;
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    // The handshake, all on the listener's channel.
+    assert_eq!(n.peer(&mut a, PORT, SYN, IRS, 0, &[]), 1);
+    n.send(&mut a, listener, PORT, SYN | ACK, ISS, IRS + 1, &[]);
+    assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 1, ISS + 1, b"abc"), 1);
+    // Accepted: its channel is bound, but it goes on sending on the
+    // listener's until it takes the answer.
+    let (ch, _) = n.connect(&a, PORT, PEER_PORT);
+    n.send(&mut a, listener, PORT, ACK, ISS + 1, IRS + 4, b"hello");
+    n.send(&mut a, listener, PORT, FIN | ACK, ISS + 6, IRS + 4, &[]);
+    assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 4, ISS + 7, &[]), 1);
+    assert_eq!(n.peer(&mut a, PORT, FIN | ACK, IRS + 4, ISS + 7, &[]), 1);
+    n.send(&mut a, listener, PORT, ACK, ISS + 7, IRS + 5, &[]);
+    n.mux.unbind_channel(ch).unwrap();
+    assert!(n.on_wire().is_empty(), "no RST in TIME-WAIT");
+    assert_eq!(n.mux.stats().host.time_wait_held, 1);
+    let got = n.peer_alone(PORT, FIN | ACK, IRS + 4, ISS + 7);
+    assert_eq!(got, vec![ack_from(PORT, ISS + 7, IRS + 5)]);
+
+    // Another, abandoned after data sent on the listener's channel: reset
+    // at the SND.MAX it reached there.
+    let mut b = n.app();
+    let (listener, _) = n.mux.bind_socket(b.ep, tcp(PORT + 1, None)).unwrap();
+    assert_eq!(n.peer(&mut b, PORT + 1, SYN, IRS, 0, &[]), 1);
+    n.send(&mut b, listener, PORT + 1, SYN | ACK, ISS, IRS + 1, &[]);
+    assert_eq!(n.peer(&mut b, PORT + 1, ACK, IRS + 1, ISS + 1, &[]), 1);
+    n.connect(&b, PORT + 1, PEER_PORT);
+    n.send(&mut b, listener, PORT + 1, ACK, ISS + 1, IRS + 1, b"hello");
+    n.mux.remove_endpoint(b.ep).unwrap();
+    assert_eq!(n.on_wire(), vec![rst_from(PORT + 1, ISS + 6)]);
+}
+
+/// The whole connection can pass on the listener's channel before the
+/// multiplexer binds the connection's own (the bind waits its turn): it is
+/// followed there from the first segment past the handshake, and its own
+/// channel takes over what is known. One whose channel never comes is
+/// reset, or held, when its endpoint goes. SYN-ACKs start nothing.
+#[test]
+fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
+    const PORT: u16 = 8080;
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    // A SYN flood answered with SYN-ACKs: nothing followed.
+    for i in 0..50u16 {
+        let f = from_peer(2000 + i, PORT, SYN, IRS, 0, &[]);
+        n.wire.send_batch(&[&f]).unwrap();
+        n.mux.poll_rx().unwrap();
+        let syn_ack = build::tcp_frame(
+            HOST_MAC,
+            PEER_MAC,
+            HOST,
+            PEER,
+            PORT,
+            2000 + i,
+            SYN | ACK,
+            ISS,
+            IRS + 1,
+            &[],
+            &[],
+        );
+        n.send_raw(&mut a, listener, &syn_ack);
+    }
+    drain_rx(&mut a.app);
+    drain_wire(&mut n.wire);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(
+        n.on_wire().is_empty(),
+        "half-open connections are not followed"
+    );
+
+    let mut a = n.app();
+    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    assert_eq!(n.peer(&mut a, PORT, SYN, IRS, 0, &[]), 1);
+    n.send(&mut a, listener, PORT, SYN | ACK, ISS, IRS + 1, &[]);
+    assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 1, ISS + 1, b"abc"), 1);
+    n.send(&mut a, listener, PORT, ACK, ISS + 1, IRS + 4, b"hello");
+    n.send(&mut a, listener, PORT, FIN | ACK, ISS + 6, IRS + 4, &[]);
+    assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 4, ISS + 7, &[]), 1);
+    assert_eq!(n.peer(&mut a, PORT, FIN | ACK, IRS + 4, ISS + 7, &[]), 1);
+    n.send(&mut a, listener, PORT, ACK, ISS + 7, IRS + 5, &[]);
+    // Only now is its channel bound, and at once unbound (the library has
+    // gone past TIME-WAIT's start): held.
+    let (ch, _) = n.connect(&a, PORT, PEER_PORT);
+    n.mux.unbind_channel(ch).unwrap();
+    assert!(n.on_wire().is_empty(), "no RST in TIME-WAIT");
+    assert_eq!(n.mux.stats().host.time_wait_held, 1);
+
+    // Established on the listener's channel, its channel never bound: reset
+    // when the endpoint goes.
+    assert_eq!(
+        n.peer(&mut a, PORT, SYN, IRS, 0, &[]),
+        0,
+        "the old 4-tuple is held"
+    );
+    let f = from_peer(PEER_PORT + 1, PORT, SYN, IRS, 0, &[]);
+    n.wire.send_batch(&[&f]).unwrap();
+    n.mux.poll_rx().unwrap();
+    assert_eq!(drain_rx(&mut a.app).len(), 1);
+    let to = |fl, seq, ack, data: &[u8]| {
+        build::tcp_frame(
+            HOST_MAC,
+            PEER_MAC,
+            HOST,
+            PEER,
+            PORT,
+            PEER_PORT + 1,
+            fl,
+            seq,
+            ack,
+            &[],
+            data,
+        )
+    };
+    n.send_raw(&mut a, listener, &to(SYN | ACK, ISS, IRS + 1, &[]));
+    n.send_raw(&mut a, listener, &to(ACK, ISS + 1, IRS + 1, b"hello"));
+    drain_wire(&mut n.wire);
+    n.mux.remove_endpoint(a.ep).unwrap();
+    let got = n.on_wire();
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].to, got[0].flags.2, got[0].seq),
+        ((PEER, PEER_PORT + 1), true, ISS + 6)
+    );
+}
+
+/// An application that sends on its listener's channel for connections it
+/// never binds has at most 1024 followed; the rest are counted, and another
+/// application's connections are followed all the same.
+#[test]
+fn an_endpoint_follows_a_bounded_number_of_connections() {
+    const PORT: u16 = 8080;
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    for i in 0..1100u16 {
+        let f = build::tcp_frame(
+            HOST_MAC,
+            PEER_MAC,
+            HOST,
+            PEER,
+            PORT,
+            10000 + i,
+            ACK,
+            ISS,
+            IRS,
+            &[],
+            b"x",
+        );
+        n.send_raw(&mut a, listener, &f);
+    }
+    drain_wire(&mut n.wire);
+    let unfollowed = |n: &Net, ep| {
+        let s = n.mux.stats();
+        s.endpoints
+            .iter()
+            .find(|e| e.id == ep)
+            .unwrap()
+            .stats
+            .tcp_unfollowed
+    };
+    assert_eq!(unfollowed(&n, a.ep), 1100 - 1024);
+    let mut b = n.app();
+    let (other, _) = n.mux.bind_socket(b.ep, tcp(PORT + 1, None)).unwrap();
+    let f = build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        PORT + 1,
+        PEER_PORT,
+        ACK,
+        ISS,
+        IRS,
+        &[],
+        b"x",
+    );
+    n.send_raw(&mut b, other, &f);
+    drain_wire(&mut n.wire);
+    assert_eq!(unfollowed(&n, b.ep), 0);
+    n.mux.remove_endpoint(b.ep).unwrap();
+    assert_eq!(
+        n.on_wire(),
+        vec![Wire {
+            to: (PEER, PEER_PORT),
+            ..rst_from(PORT + 1, ISS + 1)
+        }]
+    );
+    // The followed ones are reset when the endpoint goes.
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert_eq!(n.on_wire().len(), 1024);
+}

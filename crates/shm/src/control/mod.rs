@@ -14,6 +14,7 @@
 mod msg;
 mod sock;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -124,9 +125,18 @@ pub struct HostInfo {
 }
 
 /// An application's connection to the multiplexer.
+///
+/// Requests may be pipelined ([`Client::begin`]): the multiplexer answers a
+/// connection's requests in the order they came, so the answers to begun
+/// requests are taken in that order ([`Client::answer`]), and a request
+/// that waits for its reply keeps those that come before it for `answer`.
 pub struct Client {
     sock: SeqPacket,
     buf: Vec<u8>,
+    /// Begun requests whose answers have not been read.
+    in_flight: usize,
+    /// Answers to begun requests, read before a later request's reply.
+    early: VecDeque<Result<Reply, ControlError>>,
 }
 
 /// How long a request waits for its reply before failing; the multiplexer
@@ -151,6 +161,8 @@ impl Client {
         let mut c = Client {
             sock,
             buf: vec![0; MAX_MESSAGE],
+            in_flight: 0,
+            early: VecDeque::new(),
         };
         match c.request(
             &Request::Hello {
@@ -174,14 +186,60 @@ impl Client {
         fds: &[BorrowedFd<'_>],
     ) -> Result<Reply, ControlError> {
         self.sock.send(&req.encode(), fds)?;
-        let (n, _fds) = self.sock.recv(&mut self.buf)?;
-        if n == 0 {
-            return Err(ControlError::Disconnected);
+        while self.in_flight > 0 {
+            let early = self.reply(true).expect("a blocking read has an outcome");
+            self.in_flight -= 1;
+            self.early.push_back(early);
         }
-        match Reply::decode(&self.buf[..n]).map_err(|e| ControlError::Protocol(e.to_string()))? {
-            Reply::Error { code, message } => Err(ControlError::Refused { code, message }),
-            r => Ok(r),
+        self.reply(true).expect("a blocking read has an outcome")
+    }
+
+    /// Sends a request without waiting for its reply, which
+    /// [`answer`](Self::answer) gives, in the order the requests were begun.
+    pub fn begin(&mut self, req: &Request) -> Result<(), ControlError> {
+        self.sock.send(&req.encode(), &[])?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The reply to the oldest begun request not yet answered: `None` if
+    /// none is begun, or if its reply has not come and `wait` is false.
+    pub fn answer(&mut self, wait: bool) -> Option<Result<Reply, ControlError>> {
+        if let Some(r) = self.early.pop_front() {
+            return Some(r);
         }
+        if self.in_flight == 0 {
+            return None;
+        }
+        let r = self.reply(wait)?;
+        self.in_flight -= 1;
+        Some(r)
+    }
+
+    /// Begun requests whose replies [`answer`](Self::answer) has not given.
+    pub fn unanswered(&self) -> usize {
+        self.in_flight + self.early.len()
+    }
+
+    /// Reads one reply; `None` if `block` is false and none has come.
+    fn reply(&mut self, block: bool) -> Option<Result<Reply, ControlError>> {
+        let got = if block {
+            self.sock.recv(&mut self.buf)
+        } else {
+            self.sock.try_recv(&mut self.buf)
+        };
+        let n = match got {
+            Ok((0, _)) => return Some(Err(ControlError::Disconnected)),
+            Ok((n, _fds)) => n,
+            Err(e) if !block && e.kind() == io::ErrorKind::WouldBlock => return None,
+            Err(e) => return Some(Err(e.into())),
+        };
+        Some(
+            match Reply::decode(&self.buf[..n]).map_err(|e| ControlError::Protocol(e.to_string())) {
+                Ok(Reply::Error { code, message }) => Err(ControlError::Refused { code, message }),
+                r => r,
+            },
+        )
     }
 
     pub fn info(&mut self) -> Result<HostInfo, ControlError> {
@@ -222,19 +280,28 @@ impl Client {
         local: (Ipv4Addr, u16),
         remote: Option<(Ipv4Addr, u16)>,
     ) -> Result<(u32, u16), ControlError> {
-        match self.request(
-            &Request::BindSocket {
-                endpoint,
-                proto,
-                local_addr: local.0,
-                local_port: local.1,
-                remote,
-            },
-            &[],
-        )? {
-            Reply::Bound { channel, port } => Ok((channel, port)),
-            other => Err(unexpected(other)),
-        }
+        let req = bind_socket_request(endpoint, proto, local, remote);
+        bound(self.request(&req, &[]))
+    }
+
+    /// Begins a [`bind_socket`](Self::bind_socket) whose answer
+    /// [`bound_socket`](Self::bound_socket) gives, in the order of the
+    /// requests begun.
+    pub fn begin_bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> Result<(), ControlError> {
+        self.begin(&bind_socket_request(endpoint, proto, local, remote))
+    }
+
+    /// The answer to the oldest begun request, a
+    /// [`begin_bind_socket`](Self::begin_bind_socket): the channel and the
+    /// port. `None` as for [`answer`](Self::answer).
+    pub fn bound_socket(&mut self, wait: bool) -> Option<Result<(u32, u16), ControlError>> {
+        self.answer(wait).map(bound)
     }
 
     /// Binds a channel to raw filters (DPF text; the channel receives what
@@ -422,6 +489,29 @@ impl Client {
 impl AsFd for Client {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+}
+
+fn bind_socket_request(
+    endpoint: u32,
+    proto: u8,
+    local: (Ipv4Addr, u16),
+    remote: Option<(Ipv4Addr, u16)>,
+) -> Request {
+    Request::BindSocket {
+        endpoint,
+        proto,
+        local_addr: local.0,
+        local_port: local.1,
+        remote,
+    }
+}
+
+/// A bind's channel and port.
+fn bound(reply: Result<Reply, ControlError>) -> Result<(u32, u16), ControlError> {
+    match reply? {
+        Reply::Bound { channel, port } => Ok((channel, port)),
+        other => Err(unexpected(other)),
     }
 }
 

@@ -326,6 +326,16 @@ impl SeqPacket {
     /// with more descriptors than [`MAX_FDS`], is an `InvalidData` error
     /// (and whatever descriptors did arrive are closed).
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        self.recv_with(buf, 0)
+    }
+
+    /// As [`recv`](Self::recv), but a `WouldBlock` error when no message
+    /// waits.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+        self.recv_with(buf, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_with(&self, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Vec<OwnedFd>)> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr() as *mut libc::c_void,
             iov_len: buf.len(),
@@ -339,7 +349,13 @@ impl SeqPacket {
         msg.msg_controllen = cmsg.0.len();
         let n = loop {
             // SAFETY: `msg` points at live buffers for the call's duration.
-            let r = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            let r = unsafe {
+                libc::recvmsg(
+                    self.fd.as_raw_fd(),
+                    &mut msg,
+                    libc::MSG_CMSG_CLOEXEC | flags,
+                )
+            };
             if r >= 0 {
                 break r as usize;
             }

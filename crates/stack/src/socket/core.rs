@@ -622,6 +622,11 @@ impl Inner {
                 }
             }
         }
+        // Connections accepted lately move to their own channels as soon as
+        // the multiplexer answers, so that it follows them there.
+        if self.tcp_binds_ahead() {
+            self.tcp_take_bound(false);
+        }
         // A clone (an Arc) holds the frames while their bytes are input;
         // taken at the first frame in a buffer, as most pumps see none.
         let mut frames = None;
@@ -661,6 +666,11 @@ impl Inner {
     /// its segment buffer (`at`: the buffer and the frame's offset, for frames in
     /// the segment).
     fn input(&mut self, now: Time, channel: u32, frame: &[u8], at: Option<(u32, u32)>) -> bool {
+        if !self.by_channel.contains_key(&channel) && self.tcp_binds_ahead() {
+            // A connection's channel, bound ahead: the multiplexer answered
+            // the bind before it delivered anything on it.
+            self.tcp_take_bound(false);
+        }
         let Some(&id) = self.by_channel.get(&channel) else {
             self.socket_stats.no_socket += 1;
             return false;

@@ -30,6 +30,19 @@ pub trait Multiplexer: Send {
         local: (Ipv4Addr, u16),
         remote: Option<(Ipv4Addr, u16)>,
     ) -> io::Result<(u32, u16)>;
+    /// Begins a [`bind_socket`](Self::bind_socket) without waiting for the
+    /// answer, which [`bound_socket`](Self::bound_socket) gives: a daemon
+    /// answers in the order asked, and the application goes on meanwhile.
+    fn begin_bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> io::Result<()>;
+    /// The answer to the oldest begun bind not yet answered: `None` if none
+    /// is begun, or (unless `wait`) while its answer has not come.
+    fn bound_socket(&mut self, wait: bool) -> Option<io::Result<(u32, u16)>>;
     /// Removes a channel.
     fn unbind(&mut self, channel: u32) -> io::Result<()>;
     /// Removes a channel without waiting to hear how it went: done before
@@ -82,6 +95,22 @@ impl Multiplexer for Client {
         remote: Option<(Ipv4Addr, u16)>,
     ) -> io::Result<(u32, u16)> {
         Ok(Client::bind_socket(self, endpoint, proto, local, remote)?)
+    }
+
+    fn begin_bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> io::Result<()> {
+        Ok(Client::begin_bind_socket(
+            self, endpoint, proto, local, remote,
+        )?)
+    }
+
+    fn bound_socket(&mut self, wait: bool) -> Option<io::Result<(u32, u16)>> {
+        Client::bound_socket(self, wait).map(|r| r.map_err(io::Error::from))
     }
 
     fn unbind(&mut self, channel: u32) -> io::Result<()> {

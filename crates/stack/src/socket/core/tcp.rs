@@ -6,7 +6,12 @@
 //! them if the application dies). A listener's channel takes the SYNs; a
 //! connection it accepts lives in the listener's SYN queue (sending on the
 //! listener's channel) until its handshake completes, and only then binds a
-//! channel: a SYN flood costs a bounded queue, never channels. Once the SYN
+//! channel: a SYN flood costs a bounded queue, never channels. That bind is
+//! not waited for: the connection is ready for `accept` at once and sends on
+//! the listener's channel until the answer comes (the multiplexer follows
+//! such segments on the connection's channel once it is bound). A client that
+//! connects to the same peer again has the channel of its next connection
+//! bound ahead, so only its first connect waits for a bind. Once the SYN
 //! queue is full, SYNs are answered with SYN cookies (RFC 4987 §3.6,
 //! [`TcpConfig::syn_cookies`]) and cost nothing: an ACK that returns a valid
 //! cookie makes the connection straight into the accept queue. Segments are
@@ -20,7 +25,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{self, Read};
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use exonet_shm::control::PROTO_TCP;
@@ -72,6 +77,9 @@ pub struct TcpSocketStats {
     pub accept_overflow: u64,
     /// Connections opened by `connect`.
     pub connects: u64,
+    /// Of those, the ones whose channel was bound ahead (a connect to the
+    /// peer of the connect before): no wait for the multiplexer.
+    pub connects_bound_ahead: u64,
     /// Connections whose handshake completed at a listener.
     pub accepts: u64,
     /// Connections that ended in a reset, a refusal or a timeout.
@@ -136,6 +144,9 @@ pub(crate) struct Conn {
     slot: Option<usize>,
     /// `TcpTable::tuples` maps its 4-tuple (the socket's local and peer) to it.
     tupled: bool,
+    /// Accepted, its own channel's bind begun and not yet answered: it sends
+    /// on its listener's channel meanwhile.
+    promoting: bool,
 }
 
 impl Conn {
@@ -153,6 +164,7 @@ impl Conn {
             ended: false,
             slot: None,
             tupled: false,
+            promoting: false,
         }
     }
 
@@ -199,6 +211,37 @@ pub(crate) struct TcpTable {
     stats: TcpSocketStats,
     /// What a connection is opened with unless the call says otherwise.
     pub config: TcpConfig,
+    /// Binds begun and not yet answered, in the order begun (the
+    /// multiplexer's answers come in that order).
+    ahead: VecDeque<Ahead>,
+    /// The channel of the next connect to a peer, bound ahead.
+    spare: Option<Spare>,
+    /// The (local address, peer) of the last connect: a second connect to the
+    /// same peer has a spare bound for the one after.
+    last_connect: Option<(Ipv4Addr, SocketAddrV4)>,
+    /// Numbers the spares, so that an answer finds its own.
+    spares: u64,
+}
+
+/// A bind begun without waiting for its answer.
+enum Ahead {
+    /// The own channel of connection `id`, accepted with this 4-tuple.
+    Promotion {
+        id: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+    },
+    /// Spare number `n`.
+    Spare(u64),
+}
+
+/// A channel on an ephemeral port to `remote`, for the next connect there.
+struct Spare {
+    n: u64,
+    ip: Ipv4Addr,
+    remote: SocketAddrV4,
+    /// `None` until the answer is taken.
+    bound: Option<io::Result<(u32, u16)>>,
 }
 
 impl TcpTable {
@@ -213,6 +256,10 @@ impl TcpTable {
             unbinds: Vec::new(),
             stats: TcpSocketStats::default(),
             config,
+            ahead: VecDeque::new(),
+            spare: None,
+            last_connect: None,
+            spares: 0,
         })
     }
 
@@ -341,12 +388,7 @@ impl Inner {
         // Refuses what cannot be reached and starts resolving the neighbour.
         self.next_hop(dst, false, now)?;
         let ip = self.on_link(dst).map_or(self.info.addrs[0].0, |(a, _)| a);
-        let (channel, port) = self.control().bind_socket(
-            self.endpoint,
-            PROTO_TCP,
-            (ip, 0),
-            Some((dst, remote.port())),
-        )?;
+        let (channel, port) = self.tcp_connect_channel(ip, remote)?;
         let local = SocketAddrV4::new(ip, port);
         let mut config = config;
         clamp_mss(&mut config, self.path_mtu(dst, now));
@@ -362,6 +404,97 @@ impl Inner {
         self.tcp.stats.connects += 1;
         self.tcp_after(id, now);
         Ok(id)
+    }
+
+    /// A channel on an ephemeral port for a connection from `ip` to `remote`:
+    /// the spare bound ahead for it, if there is one, else one bound now. A
+    /// second connect in a row to the same peer begins a spare for the next.
+    fn tcp_connect_channel(
+        &mut self,
+        ip: Ipv4Addr,
+        remote: SocketAddrV4,
+    ) -> io::Result<(u32, u16)> {
+        let peer = Some((*remote.ip(), remote.port()));
+        let spare = match self.tcp.spare.take() {
+            Some(s) if s.ip == ip && s.remote == remote => match s.bound {
+                Some(r) => Some(r),
+                None => {
+                    // Begun long ago, as a rule: answered by now.
+                    self.tcp.spare = Some(s);
+                    self.tcp_take_bound(true);
+                    self.tcp.spare.take().and_then(|s| s.bound)
+                }
+            },
+            other => {
+                // For another peer: given back (an unanswered one is, on its
+                // answer, as it is no longer the spare).
+                if let Some(Some(Ok((ch, _)))) = other.map(|s| s.bound) {
+                    let _ = self.control().unbind_async(ch);
+                }
+                None
+            }
+        };
+        let bound = match spare {
+            Some(Ok(b)) => {
+                self.tcp.stats.connects_bound_ahead += 1;
+                b
+            }
+            // A refused spare: bound now, and the refusal, if it stands, said
+            // by that bind.
+            Some(Err(_)) | None => {
+                self.control()
+                    .bind_socket(self.endpoint, PROTO_TCP, (ip, 0), peer)?
+            }
+        };
+        if self.tcp.last_connect == Some((ip, remote)) {
+            let n = self.tcp.spares;
+            self.tcp.spares += 1;
+            let begun = self
+                .control()
+                .begin_bind_socket(self.endpoint, PROTO_TCP, (ip, 0), peer);
+            if begun.is_ok() {
+                self.tcp.ahead.push_back(Ahead::Spare(n));
+                self.tcp.spare = Some(Spare {
+                    n,
+                    ip,
+                    remote,
+                    bound: None,
+                });
+                if self.in_process {
+                    self.tcp_take_bound(false);
+                }
+            }
+        }
+        self.tcp.last_connect = Some((ip, remote));
+        Ok(bound)
+    }
+
+    /// Takes the answers to binds begun ahead that have come (with `wait`,
+    /// waits for all of them).
+    pub(super) fn tcp_take_bound(&mut self, wait: bool) {
+        while !self.tcp.ahead.is_empty() {
+            let Some(answer) = self.control().bound_socket(wait) else {
+                return;
+            };
+            match self.tcp.ahead.pop_front().expect("checked above") {
+                Ahead::Promotion { id, local, remote } => {
+                    self.tcp_promoted(id, local, remote, answer)
+                }
+                Ahead::Spare(n) => match self.tcp.spare.as_mut() {
+                    Some(s) if s.n == n => s.bound = Some(answer),
+                    _ => {
+                        if let Ok((ch, _)) = answer {
+                            let _ = self.control().unbind_async(ch);
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// Whether binds begun ahead wait for their answers.
+    pub(super) fn tcp_binds_ahead(&self) -> bool {
+        !self.tcp.ahead.is_empty()
     }
 
     /// Whether a connecting socket is done: `Ok` once synchronized, the error if
@@ -501,6 +634,9 @@ impl Inner {
             return;
         };
         if matches!(sock.tcp.as_ref(), Some(TcpSock::Listener(_))) {
+            // Connections it accepted send on its channel until their own is
+            // bound: that comes before the listener's channel goes.
+            self.tcp_take_bound(true);
             // Its SYN queue and accept queue go with it, reset.
             let mut children: Vec<usize> = self
                 .sockets
@@ -607,6 +743,8 @@ impl Inner {
                     l.embryos -= 1;
                 }
             }
+            // Still on its listener's channel: its own goes on the answer.
+            own_channel &= !c.promoting;
         }
         if own_channel {
             self.by_channel.remove(&sock.channel);
@@ -878,38 +1016,78 @@ impl Inner {
     }
 
     /// Moves a connection out of its listener's SYN queue once synchronized:
-    /// binds its own channel and queues it for `accept`.
+    /// begins the bind of its own channel and queues it for `accept`.
     fn tcp_promote(&mut self, id: usize, lid: usize) {
         let (local, remote) = {
             let s = self.sock(id);
             (s.local, s.peer.expect("a connection has a peer"))
         };
-        let bound = self.control().bind_socket(
+        let begun = self.control().begin_bind_socket(
             self.endpoint,
             PROTO_TCP,
             (*local.ip(), local.port()),
             Some((*remote.ip(), remote.port())),
         );
-        match bound {
-            Ok((channel, _)) => {
+        if begun.is_err() {
+            // The multiplexer is gone: nothing more goes out anyway.
+            if let Some(c) = self.conn_mut(id) {
+                c.conn.abort();
+            }
+            return;
+        }
+        self.tcp
+            .ahead
+            .push_back(Ahead::Promotion { id, local, remote });
+        if let Some(c) = self.conn_mut(id) {
+            c.listener = None;
+            c.promoting = true;
+        }
+        if let Some(l) = listener_in(&mut self.sockets, lid) {
+            l.embryos -= 1;
+            l.ready.push_back(id);
+        }
+        self.tcp.stats.accepts += 1;
+        if self.in_process {
+            self.tcp_take_bound(false);
+        }
+    }
+
+    /// The answer to the bind of connection `id`'s own channel, begun when
+    /// it was accepted with this 4-tuple.
+    fn tcp_promoted(
+        &mut self,
+        id: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        answer: io::Result<(u32, u16)>,
+    ) {
+        let waits = self.sock_opt(id).is_some_and(|s| {
+            s.local == local
+                && s.peer == Some(remote)
+                && matches!(s.tcp.as_ref(), Some(TcpSock::Conn(c)) if c.promoting)
+        });
+        match answer {
+            Ok((channel, _)) if waits => {
                 self.sock_mut(id).channel = channel;
                 self.by_channel.insert(channel, id);
                 if let Some(c) = self.conn_mut(id) {
-                    c.listener = None;
+                    c.promoting = false;
                 }
-                if let Some(l) = listener_in(&mut self.sockets, lid) {
-                    l.embryos -= 1;
-                    l.ready.push_back(id);
-                }
-                self.tcp.stats.accepts += 1;
             }
-            Err(_) => {
-                // The 4-tuple is not ours to have (the multiplexer may hold it in
-                // TIME-WAIT for an application that died): reset.
+            // Gone meanwhile: its channel goes too (the multiplexer then holds
+            // a TIME-WAIT it followed there).
+            Ok((channel, _)) => {
+                let _ = self.control().unbind_async(channel);
+            }
+            Err(_) if waits => {
+                // The 4-tuple is not ours to have (the multiplexer may hold it
+                // in TIME-WAIT for an application that died): reset.
                 if let Some(c) = self.conn_mut(id) {
-                    c.conn.abort();
+                    c.promoting = false;
                 }
+                self.tcp_abort(id);
             }
+            Err(_) => {}
         }
     }
 
