@@ -122,8 +122,21 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
     // LAST-ACK, not TIME-WAIT): the multiplexer holds exonet's TIME-WAIT
     // once the server lets the connection go, and lets the new SYN in (RFC
     // 6191: Linux's timestamps grow from one connection to the next).
-    // Refused, nc would give up after 5 s.
+    // Refused, nc would give up after 5 s. Linux's last socket on the port
+    // must first leave LAST-ACK (on our ACK of its FIN, which a loaded
+    // machine may schedule late), or nc cannot bind the port.
     for i in 0..3 {
+        for _ in 0..500 {
+            let ss = rig
+                .linux("ss")
+                .args(["-Htan", "state", "last-ack", "sport = :40123"])
+                .output()
+                .unwrap();
+            if ss.stdout.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let out = sh(
             &rig,
             &format!(

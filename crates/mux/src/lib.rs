@@ -651,6 +651,8 @@ pub struct Mux {
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
     moved: Vec<EndpointId>,
+    /// An application was signalled since [`Mux::take_woken`] last asked.
+    woken: bool,
     /// Compiles handlers; made at the first install.
     engine: Option<Engine>,
     /// What handlers sent in this batch, sent at its end.
@@ -694,6 +696,7 @@ impl Mux {
             arena: vec![0; slot * rx_batch],
             lens: Vec::with_capacity(rx_batch),
             moved: Vec::new(),
+            woken: false,
             engine: None,
             handler_tx: HandlerTx {
                 outbox: Outbox::new(config.handlers.sends, slot),
@@ -1219,6 +1222,15 @@ impl Mux {
         Ok(self.poll_rx()? + self.poll_tx()?)
     }
 
+    /// Whether an application was signalled (woken) since the last ask. A
+    /// loop that polls on should then yield the CPU once: the application
+    /// may be waiting for this very CPU, and would otherwise wait out the
+    /// loop's polls (in a daemon's connections-per-second run, 12–17 µs at
+    /// each of its wake-ups).
+    pub fn take_woken(&mut self) -> bool {
+        std::mem::take(&mut self.woken)
+    }
+
     /// The run loop: busy-polls while there is work; after
     /// `idle_spins` empty polls, sleeps on the link's descriptor and every
     /// endpoint's doorbell for at most `latency` (and the link's own
@@ -1232,6 +1244,9 @@ impl Mux {
         let mut idle = Idle::new(config);
         while keep_going(self) {
             let work = self.poll()?;
+            if self.take_woken() {
+                std::thread::yield_now();
+            }
             if idle.should_sleep(work) {
                 self.wait(config.latency)?;
             }
@@ -1425,7 +1440,7 @@ impl Mux {
             start += k;
         }
         for e in self.endpoints.values_mut() {
-            e.publish();
+            self.woken |= e.publish();
         }
     }
 
@@ -1614,7 +1629,7 @@ impl Mux {
         // After the kick: waking an application first could delay it.
         for id in self.moved.drain(..) {
             if let Some(e) = self.endpoints.get(&id) {
-                let _ = e.ep.upcall.notify_tx_done();
+                self.woken |= e.ep.upcall.notify_tx_done().unwrap_or(false);
             }
         }
         match link_err {
@@ -1842,7 +1857,7 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> b
 impl Endpoint {
     /// Ends a receive batch: publishes the rx entries written, gives back
     /// the free entries taken, and wakes the application if it asked.
-    fn publish(&mut self) {
+    fn publish(&mut self) -> bool {
         // Peek and reserve again: a later frame of the batch may have found
         // a ring empty or full and shrunk the grant; what was granted before
         // stays granted unless the application broke an index meanwhile,
@@ -1861,11 +1876,12 @@ impl Endpoint {
                     self.ep.rx.submit(rx);
                     // A failed ring leaves the application to find the
                     // frames when it next polls; nothing else is at stake.
-                    let _ = self.ep.upcall.notify_rx(&self.ep.rx);
+                    return self.ep.upcall.notify_rx(&self.ep.rx).unwrap_or(false);
                 }
                 _ => self.stats.ring_errors += 1,
             }
         }
+        false
     }
 }
 

@@ -887,3 +887,24 @@ fn a_client_that_reads_no_answers_is_cut_and_reclaimed() {
     let (e, _app, _) = endpoint(&mut other);
     other.bind_socket(e, PROTO_UDP, (HOST, 7220), None).unwrap();
 }
+
+/// The control thread (the slow path) runs as SCHED_BATCH, so that the
+/// wake-up an application's request causes never preempts the application.
+#[test]
+fn the_control_thread_does_not_preempt_on_wake_up() {
+    let _d = TestDaemon::start("batch");
+    let mut found = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap();
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "exonet-control" {
+            continue;
+        }
+        let tid: libc::pid_t = task.file_name().to_str().unwrap().parse().unwrap();
+        // SAFETY: sched_getscheduler only reads the policy of a thread.
+        let policy = unsafe { libc::sched_getscheduler(tid) };
+        assert_eq!(policy, libc::SCHED_BATCH, "thread {tid}");
+        found += 1;
+    }
+    assert!(found >= 1, "no control thread");
+}

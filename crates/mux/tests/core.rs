@@ -307,3 +307,23 @@ fn an_application_kick_wakes_the_sleeping_multiplexer() {
     let _ = mux.wait(Duration::ZERO).unwrap();
     assert!(!mux.wait(Duration::ZERO).unwrap());
 }
+
+/// The multiplexer says when it signalled an application (so that a loop
+/// polling on yields the CPU to it): for a received frame the sleeping
+/// application gets, and only then.
+#[test]
+fn signalling_a_sleeping_application_is_reported_once() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, _) = endpoint(&mut mux, 16, false);
+    mux.bind_socket(a, spec(5000)).unwrap();
+    wire.send_batch(&[&udp_to(5000, b"awake")]).unwrap();
+    mux.poll().unwrap();
+    assert!(!mux.take_woken(), "the application did not sleep");
+    app.wake.announce_sleep();
+    wire.send_batch(&[&udp_to(5000, b"asleep")]).unwrap();
+    mux.poll().unwrap();
+    assert!(mux.take_woken());
+    assert!(!mux.take_woken(), "reported once");
+    app.wake.end_sleep();
+    assert_eq!(drain_rx(&mut app).len(), 2);
+}

@@ -321,9 +321,9 @@ impl Sleeper {
     /// ([`crate::WakeWord::RX_ONLY`]): then a transmit scan that took its
     /// frames does not signal it. Set it only while nothing waits for room
     /// on the tx ring or for buffers back on completion; after clearing it,
-    /// re-check the rings before sleeping.
-    pub fn set_rx_only(&self, on: bool) {
-        self.word.get().set_rx_only(on);
+    /// re-check the rings before sleeping. Returns whether it was set.
+    pub fn set_rx_only(&self, on: bool) -> bool {
+        self.word.get().set_rx_only(on)
     }
 
     /// [`sleep`](Self::sleep), also waking with [`Wakeup::HangUp`] when

@@ -98,12 +98,14 @@ impl WakeWord {
     /// Owner: sets or clears [`WakeWord::RX_ONLY`]; clearing it fences, so
     /// that a re-check of the rings after it cannot miss a transmit scan
     /// that did not signal.
-    pub(crate) fn set_rx_only(&self, on: bool) {
+    /// Returns whether it was set.
+    pub(crate) fn set_rx_only(&self, on: bool) -> bool {
         if on {
-            self.flags.fetch_or(Self::RX_ONLY, Ordering::Relaxed);
+            self.flags.fetch_or(Self::RX_ONLY, Ordering::Relaxed) & Self::RX_ONLY != 0
         } else {
-            self.flags.fetch_and(!Self::RX_ONLY, Ordering::Relaxed);
+            let was = self.flags.fetch_and(!Self::RX_ONLY, Ordering::Relaxed);
             fence(Ordering::SeqCst);
+            was & Self::RX_ONLY != 0
         }
     }
 

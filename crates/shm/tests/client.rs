@@ -132,3 +132,58 @@ fn begun_binds_are_answered_in_order_around_waited_requests() {
     drop(c);
     multiplexer.join().unwrap();
 }
+
+/// Deferred requests (a connection's unbind) are not sent until the next
+/// request or a flush, and then go first, in order.
+#[test]
+fn deferred_requests_go_with_the_next_request_or_a_flush() {
+    let (ours, theirs) = SeqPacket::pair().unwrap();
+    let (seen, heard) = mpsc::channel();
+    let multiplexer = std::thread::spawn(move || {
+        let mut buf = vec![0; MAX_MESSAGE];
+        loop {
+            let (n, _) = theirs.recv(&mut buf).unwrap();
+            if n == 0 {
+                return;
+            }
+            let (req, answer) = Request::decode(&buf[..n]).unwrap();
+            if answer {
+                let reply = match req {
+                    Request::Hello { .. } => Reply::Hello {
+                        version: CONTROL_VERSION,
+                    },
+                    _ => Reply::Port { port: 9 },
+                };
+                theirs.send(&reply.encode(), &[]).unwrap();
+            }
+            seen.send((req, answer)).unwrap();
+        }
+    });
+    let mut c = Client::over(ours).unwrap();
+    assert!(matches!(heard.recv().unwrap().0, Request::Hello { .. }));
+    assert!(c.deferred_since().is_none());
+    c.unbind_async(1).unwrap();
+    c.unbind_async(2).unwrap();
+    assert!(c.deferred_since().is_some());
+    let quiet = heard.recv_timeout(std::time::Duration::from_millis(50));
+    assert!(quiet.is_err(), "sent before its time: {quiet:?}");
+    c.flush().unwrap();
+    assert!(c.deferred_since().is_none());
+    let unbind = |channel| (Request::Unbind { channel }, false);
+    assert_eq!(heard.recv().unwrap(), unbind(1));
+    assert_eq!(heard.recv().unwrap(), unbind(2));
+    c.unbind_async(3).unwrap();
+    assert_eq!(c.allocate_port(1, PROTO_TCP, 0).unwrap(), 9);
+    assert_eq!(heard.recv().unwrap(), unbind(3));
+    assert!(matches!(
+        heard.recv().unwrap(),
+        (Request::AllocatePort { .. }, true)
+    ));
+    c.unbind_async(4).unwrap();
+    c.begin(&Request::Info).unwrap();
+    assert_eq!(heard.recv().unwrap(), unbind(4));
+    assert_eq!(heard.recv().unwrap(), (Request::Info, true));
+    assert!(matches!(c.answer(true), Some(Ok(Reply::Port { port: 9 }))));
+    drop(c);
+    multiplexer.join().unwrap();
+}

@@ -618,7 +618,7 @@ fn while_app_sleeps(wake: &Sleeper, file: &File, meanwhile: impl FnOnce()) -> Wa
 #[test]
 fn a_sleep_for_received_frames_only_is_not_woken_by_a_transmit_scan() {
     let (app, mut mux, file) = pair_with_file(&small());
-    app.wake.set_rx_only(true);
+    assert!(!app.wake.set_rx_only(true), "not set before");
     let woke = while_app_sleeps(&app.wake, &file, || {
         // Its frames taken: no signal for a sleep that waits for rx only.
         assert!(!mux.upcall.notify_tx_done().unwrap());
@@ -628,7 +628,7 @@ fn a_sleep_for_received_frames_only_is_not_woken_by_a_transmit_scan() {
     });
     assert_eq!(woke, Wakeup::Signaled);
     // Cleared: a transmit scan signals a sleeper again.
-    app.wake.set_rx_only(false);
+    assert!(app.wake.set_rx_only(false), "was set");
     let woke = while_app_sleeps(&app.wake, &file, || {
         assert!(mux.upcall.notify_tx_done().unwrap());
     });

@@ -20,7 +20,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use msg::{
     Below, DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
@@ -137,6 +137,10 @@ pub struct Client {
     in_flight: usize,
     /// Answers to begun requests, read before a later request's reply.
     early: VecDeque<Result<Reply, ControlError>>,
+    /// Requests without a reply held back ([`Client::defer`]), encoded,
+    /// and since when.
+    deferred: Vec<Vec<u8>>,
+    deferred_since: Option<Instant>,
 }
 
 /// How long a request waits for its reply before failing; the multiplexer
@@ -163,6 +167,8 @@ impl Client {
             buf: vec![0; MAX_MESSAGE],
             in_flight: 0,
             early: VecDeque::new(),
+            deferred: Vec::new(),
+            deferred_since: None,
         };
         match c.request(
             &Request::Hello {
@@ -185,6 +191,7 @@ impl Client {
         req: &Request,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Reply, ControlError> {
+        self.flush()?;
         self.sock.send(&req.encode(), fds)?;
         while self.in_flight > 0 {
             let early = self.reply(true).expect("a blocking read has an outcome");
@@ -197,7 +204,8 @@ impl Client {
     /// Sends a request without waiting for its reply, which
     /// [`answer`](Self::answer) gives, in the order the requests were begun.
     pub fn begin(&mut self, req: &Request) -> Result<(), ControlError> {
-        self.sock.send(&req.encode(), &[])?;
+        self.deferred.push(req.encode());
+        self.flush()?;
         self.in_flight += 1;
         Ok(())
     }
@@ -365,9 +373,44 @@ impl Client {
     }
 
     /// Unbinds without waiting: the multiplexer does it before any later
-    /// request of this connection, and only counts a refusal.
+    /// request of this connection, and only counts a refusal. Deferred
+    /// ([`defer`](Self::defer)).
     pub fn unbind_async(&mut self, channel: u32) -> Result<(), ControlError> {
-        self.post(&Request::Unbind { channel })
+        self.defer(&Request::Unbind { channel })
+    }
+
+    /// As [`post`](Self::post), but held back to go with the next request,
+    /// in one system call and one wake-up of the multiplexer's control
+    /// thread, or with [`flush`](Self::flush) (which the owner calls within
+    /// a bound of its choosing: [`deferred_since`](Self::deferred_since)).
+    pub fn defer(&mut self, req: &Request) -> Result<(), ControlError> {
+        let bytes = encode_unanswered(req)?;
+        self.deferred.push(bytes);
+        self.deferred_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Since when the oldest deferred request waits; `None` if none does.
+    pub fn deferred_since(&self) -> Option<Instant> {
+        self.deferred_since
+    }
+
+    /// Sends the deferred requests.
+    pub fn flush(&mut self) -> Result<(), ControlError> {
+        self.deferred_since = None;
+        match self.deferred.len() {
+            0 => Ok(()),
+            1 => {
+                let r = self.sock.send(&self.deferred[0], &[]);
+                self.deferred.clear();
+                Ok(r?)
+            }
+            _ => {
+                let r = self.sock.send_many(&self.deferred);
+                self.deferred.clear();
+                Ok(r?)
+            }
+        }
     }
 
     /// Sends a request the multiplexer does not answer
@@ -375,13 +418,9 @@ impl Client {
     /// it runs before any later request of this connection, and a refusal
     /// is only counted, in the multiplexer's "mux" record.
     pub fn post(&mut self, req: &Request) -> Result<(), ControlError> {
-        let bytes = req.encode_unanswered().ok_or_else(|| {
-            ControlError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{req:?} has a reply to wait for"),
-            ))
-        })?;
-        Ok(self.sock.send(&bytes, &[])?)
+        let bytes = encode_unanswered(req)?;
+        self.deferred.push(bytes);
+        self.flush()
     }
 
     /// Holds a port for channels bound with raw filters (0: ephemeral).
@@ -490,6 +529,17 @@ impl AsFd for Client {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
     }
+}
+
+/// A request encoded with [`NO_REPLY`]; an `InvalidInput` error for one
+/// that has a reply to wait for.
+fn encode_unanswered(req: &Request) -> Result<Vec<u8>, ControlError> {
+    req.encode_unanswered().ok_or_else(|| {
+        ControlError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{req:?} has a reply to wait for"),
+        ))
+    })
 }
 
 fn bind_socket_request(

@@ -624,7 +624,7 @@ impl Inner {
         }
         // Connections accepted lately move to their own channels as soon as
         // the multiplexer answers, so that it follows them there.
-        if self.tcp_binds_ahead() {
+        if self.tcp_promotions_ahead() {
             self.tcp_take_bound(false);
         }
         // A clone (an Arc) holds the frames while their bytes are input;

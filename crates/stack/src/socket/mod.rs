@@ -573,8 +573,10 @@ impl Shared {
                 // the cap covers its leaving without data for us. A send of ours
                 // that waits for the multiplexer to take frames needs the
                 // sleeper woken for that too.
-                if g.tx_blocked() && !self.in_process {
-                    self.wake.set_rx_only(false);
+                // Its frames may have been taken just before the clear, with
+                // no signal: a look at the rings comes first.
+                if g.tx_blocked() && !self.in_process && self.wake.set_rx_only(false) {
+                    continue;
                 }
                 let cap = Duration::from_millis(10);
                 let d = timeout.map_or(cap, |x| x.min(cap));
@@ -603,7 +605,7 @@ impl Shared {
                 // Nothing waits for room on the tx ring or for buffers: the
                 // multiplexer taking our frames need not wake us (a request's
                 // completion would wake us before its answer).
-                self.wake.set_rx_only(rx_only);
+                let _ = self.wake.set_rx_only(rx_only);
                 self.sleep(timeout)
             };
             g = self.lock();

@@ -51,6 +51,12 @@ pub trait Multiplexer: Send {
     fn unbind_async(&mut self, channel: u32) -> io::Result<()> {
         self.unbind(channel)
     }
+    /// Sends requests held back (a daemon's client holds
+    /// [`unbind_async`](Self::unbind_async)s back to go with the next
+    /// request).
+    fn flush_deferred(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     /// Installs a handler (ASH) on a channel, replacing any it had.
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()>;
     /// Removes a channel's handler.
@@ -119,6 +125,10 @@ impl Multiplexer for Client {
 
     fn unbind_async(&mut self, channel: u32) -> io::Result<()> {
         Ok(Client::unbind_async(self, channel)?)
+    }
+
+    fn flush_deferred(&mut self) -> io::Result<()> {
+        Ok(Client::flush(self)?)
     }
 
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()> {

@@ -49,6 +49,8 @@ const SYNACK_RETRIES: u32 = 5;
 const TCP_IP_HEADERS: usize = 40;
 /// The longest TCP header (RFC 9293 §3.1: a data offset of 15 words).
 const TCP_MAX_HEADER: usize = 60;
+/// How long an unbind may wait for a request to go with.
+const UNBIND_DEFER: Duration = Duration::from_millis(1);
 
 /// Counters of TCP input and of the connections of a stack.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -208,6 +210,8 @@ pub(crate) struct TcpTable {
     /// (so a final RST or ACK goes out on the channel it was sent on): the
     /// channel and the count of frames pushed by then.
     unbinds: Vec<(u32, u64)>,
+    /// When unbinds held back by the multiplexer's client must be sent.
+    unbinds_until: Option<Time>,
     stats: TcpSocketStats,
     /// What a connection is opened with unless the call says otherwise.
     pub config: TcpConfig,
@@ -221,6 +225,8 @@ pub(crate) struct TcpTable {
     last_connect: Option<(Ipv4Addr, SocketAddrV4)>,
     /// Numbers the spares, so that an answer finds its own.
     spares: u64,
+    /// Promotions among `ahead`.
+    promotions: usize,
 }
 
 /// A bind begun without waiting for its answer.
@@ -254,17 +260,23 @@ impl TcpTable {
             timers: BinaryHeap::new(),
             dirty: Vec::new(),
             unbinds: Vec::new(),
+            unbinds_until: None,
             stats: TcpSocketStats::default(),
             config,
             ahead: VecDeque::new(),
             spare: None,
             last_connect: None,
             spares: 0,
+            promotions: 0,
         })
     }
 
     pub fn next_deadline(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let timer = self.timers.peek().map(|Reverse((t, _))| *t);
+        match (timer, self.unbinds_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -429,7 +441,7 @@ impl Inner {
                 // For another peer: given back (an unanswered one is, on its
                 // answer, as it is no longer the spare).
                 if let Some(Some(Ok((ch, _)))) = other.map(|s| s.bound) {
-                    let _ = self.control().unbind_async(ch);
+                    self.tcp_unbind_later(ch);
                 }
                 None
             }
@@ -478,13 +490,14 @@ impl Inner {
             };
             match self.tcp.ahead.pop_front().expect("checked above") {
                 Ahead::Promotion { id, local, remote } => {
+                    self.tcp.promotions -= 1;
                     self.tcp_promoted(id, local, remote, answer)
                 }
                 Ahead::Spare(n) => match self.tcp.spare.as_mut() {
                     Some(s) if s.n == n => s.bound = Some(answer),
                     _ => {
                         if let Ok((ch, _)) = answer {
-                            let _ = self.control().unbind_async(ch);
+                            self.tcp_unbind_later(ch);
                         }
                     }
                 },
@@ -495,6 +508,12 @@ impl Inner {
     /// Whether binds begun ahead wait for their answers.
     pub(super) fn tcp_binds_ahead(&self) -> bool {
         !self.tcp.ahead.is_empty()
+    }
+
+    /// Whether connections wait for the answers to their own channels'
+    /// binds (a spare's is only wanted at the next connect).
+    pub(super) fn tcp_promotions_ahead(&self) -> bool {
+        self.tcp.promotions > 0
     }
 
     /// Whether a connecting socket is done: `Ok` once synchronized, the error if
@@ -772,12 +791,20 @@ impl Inner {
             return;
         }
         self.tcp.unbinds.retain(|&(_, mark)| mark > taken);
-        let mut m = self.control();
         for ch in due {
-            // Nothing waits on the answer: a later bind of the port comes
-            // after it anyway. The multiplexer may be gone already; then
-            // everything is reclaimed.
-            let _ = m.unbind_async(ch);
+            self.tcp_unbind_later(ch);
+        }
+    }
+
+    /// Unbinds a channel without waiting: nothing hangs on the answer, and
+    /// a later bind of the port comes after it anyway. A daemon's client
+    /// holds the request back to go with the next one (one wake-up of the
+    /// daemon's control thread for both), for at most [`UNBIND_DEFER`]. The
+    /// multiplexer may be gone already; then everything is reclaimed.
+    fn tcp_unbind_later(&mut self, ch: u32) {
+        let _ = self.control().unbind_async(ch);
+        if !self.in_process && self.tcp.unbinds_until.is_none() {
+            self.tcp.unbinds_until = Some(self.clock + UNBIND_DEFER);
         }
     }
 
@@ -1038,6 +1065,7 @@ impl Inner {
         self.tcp
             .ahead
             .push_back(Ahead::Promotion { id, local, remote });
+        self.tcp.promotions += 1;
         if let Some(c) = self.conn_mut(id) {
             c.listener = None;
             c.promoting = true;
@@ -1077,7 +1105,7 @@ impl Inner {
             // Gone meanwhile: its channel goes too (the multiplexer then holds
             // a TIME-WAIT it followed there).
             Ok((channel, _)) => {
-                let _ = self.control().unbind_async(channel);
+                self.tcp_unbind_later(channel);
             }
             Err(_) if waits => {
                 // The 4-tuple is not ours to have (the multiplexer may hold it
@@ -1101,8 +1129,13 @@ impl Inner {
         }
     }
 
-    /// Runs the connections' timers due at `now`.
+    /// Runs the connections' timers due at `now`, and sends held-back
+    /// unbinds that are due.
     pub(super) fn tcp_timers(&mut self, now: Time) {
+        if self.tcp.unbinds_until.is_some_and(|t| t <= now) {
+            self.tcp.unbinds_until = None;
+            let _ = self.control().flush_deferred();
+        }
         while let Some(&Reverse((t, id))) = self.tcp.timers.peek() {
             if t > now {
                 break;
