@@ -777,15 +777,8 @@ impl Mux {
 
     /// A channel goes: it is no connection's channel any more.
     fn forget_conn_channel(&mut self, ch: ChannelId, c: &Channel) {
-        let Some(spec) = c.spec.filter(|_| c.conn.is_some()) else {
+        let Some(t) = c.spec.as_ref().and_then(conn_tuple) else {
             return;
-        };
-        let Some(remote) = spec.remote else {
-            return;
-        };
-        let t = Tuple {
-            local: (spec.local_addr, spec.local_port),
-            remote,
         };
         // A later channel of the same 4-tuple keeps its entry.
         if self.conn_channels.get(&t) == Some(&ch.0) {
@@ -802,15 +795,8 @@ impl Mux {
     /// its TIME-WAIT, as the registry server does for an application that
     /// exits (Thekkath §III-D).
     fn abandon(&mut self, c: &Channel, now: Instant) {
-        let (Some(conn), Some(spec)) = (&c.conn, c.spec) else {
+        let (Some(conn), Some(t)) = (&c.conn, c.spec.as_ref().and_then(conn_tuple)) else {
             return;
-        };
-        let Some(remote) = spec.remote else {
-            return;
-        };
-        let t = Tuple {
-            local: (spec.local_addr, spec.local_port),
-            remote,
         };
         self.abandon_conn(conn, t, now);
     }
@@ -938,14 +924,7 @@ impl Mux {
         });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
-        let tuple = spec.and_then(|s| {
-            let remote = s.remote.filter(|_| s.proto == Proto::Tcp)?;
-            Some(Tuple {
-                local: (s.local_addr, s.local_port),
-                remote,
-            })
-        });
-        let conn = tuple.map(|t| {
+        let conn = spec.as_ref().and_then(conn_tuple).map(|t| {
             self.conn_channels.insert(t, id.0);
             self.followed.take(ep.0, &t).unwrap_or_default()
         });
@@ -2069,6 +2048,15 @@ impl TxFrame {
 /// One endpoint's turn in the transmit scan: sends while its deficit
 /// covers the next frame.
 #[allow(clippy::too_many_arguments)]
+/// The 4-tuple of a TCP connection's channel (one with a remote).
+fn conn_tuple(spec: &ChannelSpec) -> Option<Tuple> {
+    let remote = spec.remote.filter(|_| spec.proto == Proto::Tcp)?;
+    Some(Tuple {
+        local: (spec.local_addr, spec.local_port),
+        remote,
+    })
+}
+
 /// The channels, as a transmit turn needs them.
 struct TxChannels<'m> {
     by_id: &'m mut IdMap<Channel>,

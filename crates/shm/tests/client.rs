@@ -11,29 +11,36 @@ use exonet_shm::control::{
     PROTO_TCP,
 };
 
+/// Answers what asks for an answer (hello, else port 9) and tells `seen`
+/// each request and whether it asked, until the client hangs up.
+fn fake_multiplexer(theirs: SeqPacket, mut seen: impl FnMut((Request, bool))) {
+    let mut buf = vec![0; MAX_MESSAGE];
+    loop {
+        let (n, _) = theirs.recv(&mut buf).unwrap();
+        if n == 0 {
+            return;
+        }
+        let (req, answer) = Request::decode(&buf[..n]).unwrap();
+        if answer {
+            let reply = match req {
+                Request::Hello { .. } => Reply::Hello {
+                    version: CONTROL_VERSION,
+                },
+                _ => Reply::Port { port: 9 },
+            };
+            theirs.send(&reply.encode(), &[]).unwrap();
+        }
+        seen((req, answer));
+    }
+}
+
 #[test]
 fn unanswered_requests_go_in_order_without_waiting() {
     let (ours, theirs) = SeqPacket::pair().unwrap();
     let multiplexer = std::thread::spawn(move || {
-        let mut buf = vec![0; MAX_MESSAGE];
         let mut got = Vec::new();
-        loop {
-            let (n, _) = theirs.recv(&mut buf).unwrap();
-            if n == 0 {
-                return got;
-            }
-            let (req, answer) = Request::decode(&buf[..n]).unwrap();
-            if answer {
-                let reply = match req {
-                    Request::Hello { .. } => Reply::Hello {
-                        version: CONTROL_VERSION,
-                    },
-                    _ => Reply::Port { port: 9 },
-                };
-                theirs.send(&reply.encode(), &[]).unwrap();
-            }
-            got.push((req, answer));
-        }
+        fake_multiplexer(theirs, |r| got.push(r));
+        got
     });
     let mut c = Client::over(ours).unwrap();
     c.unbind_async(3).unwrap();
@@ -140,24 +147,7 @@ fn deferred_requests_go_with_the_next_request_or_a_flush() {
     let (ours, theirs) = SeqPacket::pair().unwrap();
     let (seen, heard) = mpsc::channel();
     let multiplexer = std::thread::spawn(move || {
-        let mut buf = vec![0; MAX_MESSAGE];
-        loop {
-            let (n, _) = theirs.recv(&mut buf).unwrap();
-            if n == 0 {
-                return;
-            }
-            let (req, answer) = Request::decode(&buf[..n]).unwrap();
-            if answer {
-                let reply = match req {
-                    Request::Hello { .. } => Reply::Hello {
-                        version: CONTROL_VERSION,
-                    },
-                    _ => Reply::Port { port: 9 },
-                };
-                theirs.send(&reply.encode(), &[]).unwrap();
-            }
-            seen.send((req, answer)).unwrap();
-        }
+        fake_multiplexer(theirs, |r| seen.send(r).unwrap());
     });
     let mut c = Client::over(ours).unwrap();
     assert!(matches!(heard.recv().unwrap().0, Request::Hello { .. }));
