@@ -432,3 +432,157 @@ fn a_stream_sends_with_its_ttl() {
     r.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"x");
 }
+
+/// An in-process multiplexer that answers a begun bind only at its next
+/// round of work, as a daemon answers between batches (or at once, when
+/// the stack waits for it), and notes the most binds begun and unanswered.
+struct AnswersLater {
+    inner: exonet_mux::InProcess,
+    begun: std::collections::VecDeque<std::io::Result<(u32, u16)>>,
+    done: std::collections::VecDeque<std::io::Result<(u32, u16)>>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl exonet_stack::Multiplexer for AnswersLater {
+    fn info(&mut self) -> std::io::Result<exonet_shm::control::HostInfo> {
+        self.inner.info()
+    }
+    fn create_endpoint(
+        &mut self,
+        config: &exonet_shm::SegmentConfig,
+    ) -> std::io::Result<(u32, exonet_shm::AppEndpoint)> {
+        self.inner.create_endpoint(config)
+    }
+    fn bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> std::io::Result<(u32, u16)> {
+        self.inner.bind_socket(endpoint, proto, local, remote)
+    }
+    fn begin_bind_socket(
+        &mut self,
+        endpoint: u32,
+        proto: u8,
+        local: (Ipv4Addr, u16),
+        remote: Option<(Ipv4Addr, u16)>,
+    ) -> std::io::Result<()> {
+        let r = self.inner.bind_socket(endpoint, proto, local, remote);
+        self.begun.push_back(r);
+        let n = self.begun.len() + self.done.len();
+        self.most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn bound_socket(&mut self, wait: bool) -> Option<std::io::Result<(u32, u16)>> {
+        match self.done.pop_front() {
+            Some(r) => Some(r),
+            None if wait => self.begun.pop_front(),
+            None => None,
+        }
+    }
+    fn unbind(&mut self, channel: u32) -> std::io::Result<()> {
+        self.inner.unbind(channel)
+    }
+    fn install_handler(
+        &mut self,
+        channel: u32,
+        spec: &exonet_shm::control::HandlerSpec,
+    ) -> std::io::Result<()> {
+        self.inner.install_handler(channel, spec)
+    }
+    fn remove_handler(&mut self, channel: u32) -> std::io::Result<()> {
+        self.inner.remove_handler(channel)
+    }
+    fn resolve(&mut self, ip: Ipv4Addr) -> std::io::Result<Option<[u8; 6]>> {
+        self.inner.resolve(ip)
+    }
+    fn in_process(&self) -> bool {
+        true
+    }
+    fn drive(&mut self) -> std::io::Result<usize> {
+        self.done.extend(self.begun.drain(..));
+        self.inner.drive()
+    }
+    fn sleep(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.inner.sleep(timeout)
+    }
+}
+
+/// Connections accepted while their channels' binds go unanswered send on
+/// the listener's channel and move to their own once answered; a burst of
+/// handshakes (two hundred clients at once, completed by one pump) begins
+/// no more than 32 binds ahead of their answers, which a daemon's control
+/// socket could not hold in any number (the daemon cuts an application
+/// whose socket takes no more answers).
+#[test]
+fn a_burst_of_handshakes_keeps_the_binds_ahead_bounded() {
+    use exonet_link::memwire;
+    use exonet_mux::{InProcess, Mux, MuxConfig};
+    const N: usize = 200;
+    let (x, y) = memwire::pair().unwrap();
+    let config = StackConfig::default();
+    let client = Stack::over(
+        Box::new(InProcess::new(
+            Mux::new(Box::new(x), vec![A], MuxConfig::default()),
+            vec![(A, 24)],
+        )),
+        &config,
+    )
+    .unwrap();
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = Stack::over(
+        Box::new(AnswersLater {
+            inner: InProcess::new(
+                Mux::new(Box::new(y), vec![B], MuxConfig::default()),
+                vec![(B, 24)],
+            ),
+            begun: Default::default(),
+            done: Default::default(),
+            most: most.clone(),
+        }),
+        &config,
+    )
+    .unwrap();
+    let l = TcpListener::bind_with(
+        &server,
+        (B, 8090),
+        256,
+        exonet_stack::tcp::TcpConfig::default(),
+    )
+    .unwrap();
+    thread::scope(|s| {
+        let clients: Vec<_> = (0..N)
+            .map(|i| {
+                let client = &client;
+                s.spawn(move || {
+                    let mut c =
+                        TcpStream::connect_timeout(client, (B, 8090), Duration::from_secs(10))
+                            .unwrap();
+                    c.set_read_timeout(T).unwrap();
+                    c.write_all(&[i as u8; 4]).unwrap();
+                    let mut got = [0u8; 4];
+                    c.read_exact(&mut got).unwrap();
+                    assert_eq!(got, [i as u8; 4]);
+                })
+            })
+            .collect();
+        for _ in 0..N {
+            let (mut c, _) = l.accept().unwrap();
+            c.set_read_timeout(T).unwrap();
+            let mut req = [0u8; 4];
+            c.read_exact(&mut req).unwrap();
+            c.write_all(&req).unwrap();
+        }
+        for c in clients {
+            c.join().unwrap();
+        }
+    });
+    let most = most.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        (1..=32).contains(&most),
+        "{most} binds ahead of their answers"
+    );
+    assert_eq!(server.stats().tcp.accepts, N as u64);
+}

@@ -49,6 +49,10 @@ const SYNACK_RETRIES: u32 = 5;
 const TCP_IP_HEADERS: usize = 40;
 /// The longest TCP header (RFC 9293 §3.1: a data offset of 15 words).
 const TCP_MAX_HEADER: usize = 60;
+/// Most binds begun and not answered: the multiplexer's answers wait in
+/// the control socket, which takes a few hundred, and a daemon cuts an
+/// application whose socket takes no more.
+const MAX_AHEAD: usize = 32;
 /// How long an unbind may wait for a request to go with.
 const UNBIND_DEFER: Duration = Duration::from_millis(1);
 
@@ -459,6 +463,9 @@ impl Inner {
             }
         };
         if self.tcp.last_connect == Some((ip, remote)) {
+            if self.tcp.ahead.len() >= MAX_AHEAD {
+                self.tcp_take_bound(true);
+            }
             let n = self.tcp.spares;
             self.tcp.spares += 1;
             let begun = self
@@ -1049,6 +1056,9 @@ impl Inner {
             let s = self.sock(id);
             (s.local, s.peer.expect("a connection has a peer"))
         };
+        if self.tcp.ahead.len() >= MAX_AHEAD {
+            self.tcp_take_bound(true);
+        }
         let begun = self.control().begin_bind_socket(
             self.endpoint,
             PROTO_TCP,
