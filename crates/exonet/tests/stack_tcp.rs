@@ -586,3 +586,45 @@ fn a_burst_of_handshakes_keeps_the_binds_ahead_bounded() {
     );
     assert_eq!(server.stats().tcp.accepts, N as u64);
 }
+
+/// A ping-pong over daemons: the pinging application's sleeps wait for
+/// received frames only (`RX_ONLY`), so the multiplexer taking its requests
+/// never signals it; it is woken for what it receives.
+#[test]
+fn a_ping_pong_wakes_the_application_for_what_it_receives_only() {
+    const N: usize = 200;
+    let h = two_hosts("tcp-upcalls").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let l = TcpListener::bind(&sb, (B, 8070)).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(T).unwrap();
+        let mut b = [0u8; 4];
+        for _ in 0..N {
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&b).unwrap();
+        }
+    });
+    let mut c = TcpStream::connect_timeout(&sa, (B, 8070), Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(T).unwrap();
+    for i in 0..N {
+        c.write_all(&[i as u8; 4]).unwrap();
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b, [i as u8; 4]);
+    }
+    server.join().unwrap();
+    let mut ca = exonet_shm::control::Client::connect(h.a.socket()).unwrap();
+    let ep = ca
+        .stats()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.kind == "endpoint")
+        .unwrap();
+    assert_eq!(ep.get("tx_upcalls"), Some(0), "{ep:?}");
+    let rx = ep.get("rx_upcalls").unwrap();
+    assert!(
+        (1..=3 * N as u64).contains(&rx),
+        "{rx} wake-ups for {N} answers"
+    );
+}

@@ -332,6 +332,10 @@ pub struct EndpointStats {
     pub rx_bytes: u64,
     /// Frames its handlers consumed.
     pub rx_consumed: u64,
+    /// Times the application was signalled (woken): for received frames,
+    /// and because its transmitted frames were taken.
+    pub rx_upcalls: u64,
+    pub tx_upcalls: u64,
     /// Received frames dropped: no buffer on the free ring.
     pub rx_no_buffer: u64,
     /// Received frames dropped: rx ring full.
@@ -406,6 +410,8 @@ impl EndpointStats {
             ("rx_frames", self.rx_frames),
             ("rx_bytes", self.rx_bytes),
             ("rx_consumed", self.rx_consumed),
+            ("rx_upcalls", self.rx_upcalls),
+            ("tx_upcalls", self.tx_upcalls),
             ("rx_no_buffer", self.rx_no_buffer),
             ("rx_ring_full", self.rx_ring_full),
             ("rx_too_long", self.rx_too_long),
@@ -1607,8 +1613,10 @@ impl Mux {
         }
         // After the kick: waking an application first could delay it.
         for id in self.moved.drain(..) {
-            if let Some(e) = self.endpoints.get(&id) {
-                self.woken |= e.ep.upcall.notify_tx_done().unwrap_or(false);
+            if let Some(e) = self.endpoints.get_mut(&id) {
+                let woke = e.ep.upcall.notify_tx_done().unwrap_or(false);
+                e.stats.tx_upcalls += u64::from(woke);
+                self.woken |= woke;
             }
         }
         match link_err {
@@ -1855,7 +1863,9 @@ impl Endpoint {
                     self.ep.rx.submit(rx);
                     // A failed ring leaves the application to find the
                     // frames when it next polls; nothing else is at stake.
-                    return self.ep.upcall.notify_rx(&self.ep.rx).unwrap_or(false);
+                    let woke = self.ep.upcall.notify_rx(&self.ep.rx).unwrap_or(false);
+                    self.stats.rx_upcalls += u64::from(woke);
+                    return woke;
                 }
                 _ => self.stats.ring_errors += 1,
             }
