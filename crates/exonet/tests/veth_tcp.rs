@@ -126,17 +126,14 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
     // must first leave LAST-ACK (on our ACK of its FIN, which a loaded
     // machine may schedule late), or nc cannot bind the port.
     for i in 0..3 {
-        for _ in 0..500 {
+        until("Linux's last socket on port 40123 leaves LAST-ACK", || {
             let ss = rig
                 .linux("ss")
                 .args(["-Htan", "state", "last-ack", "sport = :40123"])
                 .output()
                 .unwrap();
-            if ss.stdout.is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+            ss.stdout.is_empty()
+        });
         let out = sh(
             &rig,
             &format!(

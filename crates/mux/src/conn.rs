@@ -327,8 +327,15 @@ impl Followed {
         true
     }
 
-    /// A segment endpoint `ep`'s listener channel took, at `now`.
-    pub fn on_received(&mut self, ep: u32, t: Tuple, frame: &[u8], now: Instant) {
+    /// A frame a channel of endpoint `ep` without connection tracking (a
+    /// listener's) took, at `now`. Read only while something is followed.
+    pub fn on_received(&mut self, ep: u32, frame: &[u8], now: Instant) {
+        if self.is_empty() {
+            return;
+        }
+        let Some((t, _)) = tuple(frame, false) else {
+            return;
+        };
         if let Some((owner, conn)) = self.by_tuple.get_mut(&t) {
             if *owner == ep {
                 conn.on_received(frame, now);

@@ -820,15 +820,7 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait(hold) => {
-                let spec = ChannelSpec {
-                    proto: Proto::Tcp,
-                    local_addr: t.local.0,
-                    local_port: t.local.1,
-                    remote: Some(t.remote),
-                };
-                self.hold_time_wait(&spec, t, hold)
-            }
+            Fate::TimeWait(hold) => self.hold_time_wait(t, hold),
         }
     }
 
@@ -836,7 +828,7 @@ impl Mux {
     /// multiplexer's own takes its 4-tuple (so that a listener on the port
     /// does not get the old connection's segments), and its port is not
     /// handed out as an ephemeral one.
-    fn hold_time_wait(&mut self, spec: &ChannelSpec, t: Tuple, hold: Hold) {
+    fn hold_time_wait(&mut self, t: Tuple, hold: Hold) {
         // Another channel of the same 4-tuple was held before: this one is
         // the later incarnation.
         if let Some(old) = self.time_wait.remove_tuple(&t) {
@@ -851,7 +843,15 @@ impl Mux {
         }
         let filter = match self.time_wait.max() {
             0 => None,
-            _ => self.dpf.insert(&registry::socket_filter(spec)).ok(),
+            _ => {
+                let spec = ChannelSpec {
+                    proto: Proto::Tcp,
+                    local_addr: t.local.0,
+                    local_port: t.local.1,
+                    remote: Some(t.remote),
+                };
+                self.dpf.insert(&registry::socket_filter(&spec)).ok()
+            }
         };
         let Some(filter) = filter else {
             self.host.stats.time_wait_evicted += 1;
@@ -1693,9 +1693,7 @@ fn to_channel<'e>(
         let read = match &mut ch.conn {
             Some(conn) => conn.on_received(f, now),
             None => {
-                if let Some((t, _)) = conn::tuple(f, false).filter(|_| !followed.is_empty()) {
-                    followed.on_received(ch.endpoint.0, t, f, now);
-                }
+                followed.on_received(ch.endpoint.0, f, now);
                 true
             }
         };
@@ -2055,9 +2053,6 @@ impl TxFrame {
     }
 }
 
-/// One endpoint's turn in the transmit scan: sends while its deficit
-/// covers the next frame.
-#[allow(clippy::too_many_arguments)]
 /// The 4-tuple of a TCP connection's channel (one with a remote).
 fn conn_tuple(spec: &ChannelSpec) -> Option<Tuple> {
     let remote = spec.remote.filter(|_| spec.proto == Proto::Tcp)?;
@@ -2075,10 +2070,38 @@ struct TxChannels<'m> {
     followed: &'m mut Followed,
 }
 
+impl TxChannels<'_> {
+    /// A TCP segment endpoint `ep` sent on a listener's channel: a segment of
+    /// a connection it accepted is followed on the connection's own channel
+    /// once it has one, and before that in [`Followed`]. False if it could
+    /// not be followed (the endpoint has its most).
+    fn follow_sent(&mut self, ep: EndpointId, frame: &[u8]) -> bool {
+        let Some((t, fl)) = conn::tuple(frame, true) else {
+            return true;
+        };
+        let own = self
+            .conns
+            .get(&t)
+            .and_then(|c| self.by_id.get_mut(c))
+            .filter(|c| c.endpoint == ep)
+            .and_then(|c| c.conn.as_mut());
+        match own {
+            Some(conn) => {
+                conn.on_sent(frame);
+                true
+            }
+            None => self.followed.on_sent(ep.0, t, fl, frame),
+        }
+    }
+}
+
+/// One endpoint's turn in the transmit scan: sends while its deficit
+/// covers the next frame.
+#[allow(clippy::too_many_arguments)]
 fn tx_turn(
     id: EndpointId,
     e: &mut Endpoint,
-    channels: TxChannels<'_>,
+    mut channels: TxChannels<'_>,
     link: &mut dyn Link,
     budget: &mut usize,
     idents: &mut Idents,
@@ -2195,28 +2218,10 @@ fn tx_turn(
                             Some(conn) => {
                                 ch.stats.tcp_malformed += u64::from(!conn.on_sent(frame));
                             }
-                            // A listener's channel: a segment of a connection
-                            // it accepted is followed on the connection's own
-                            // channel once it has one, and before that here.
+                            // A listener's channel.
                             None if tcp => {
-                                if let Some((t, fl)) = conn::tuple(frame, true) {
-                                    match channels
-                                        .conns
-                                        .get(&t)
-                                        .and_then(|c| channels.by_id.get_mut(c))
-                                        .filter(|c| c.endpoint == id)
-                                        .and_then(|c| c.conn.as_mut())
-                                    {
-                                        Some(conn) => {
-                                            conn.on_sent(frame);
-                                        }
-                                        None => {
-                                            if !channels.followed.on_sent(id.0, t, fl, frame) {
-                                                e.stats.tcp_unfollowed += 1;
-                                            }
-                                        }
-                                    }
-                                }
+                                e.stats.tcp_unfollowed +=
+                                    u64::from(!channels.follow_sent(id, frame));
                             }
                             None => {}
                         }

@@ -398,19 +398,12 @@ impl Client {
     /// Sends the deferred requests.
     pub fn flush(&mut self) -> Result<(), ControlError> {
         self.deferred_since = None;
-        match self.deferred.len() {
-            0 => Ok(()),
-            1 => {
-                let r = self.sock.send(&self.deferred[0], &[]);
-                self.deferred.clear();
-                Ok(r?)
-            }
-            _ => {
-                let r = self.sock.send_many(&self.deferred);
-                self.deferred.clear();
-                Ok(r?)
-            }
+        if self.deferred.is_empty() {
+            return Ok(());
         }
+        let r = self.sock.send_many(&self.deferred);
+        self.deferred.clear();
+        Ok(r?)
     }
 
     /// Sends a request the multiplexer does not answer

@@ -666,8 +666,8 @@ impl Inner {
     /// its segment buffer (`at`: the buffer and the frame's offset, for frames in
     /// the segment).
     fn input(&mut self, now: Time, channel: u32, frame: &[u8], at: Option<(u32, u32)>) -> bool {
-        if !self.by_channel.contains_key(&channel) && self.tcp_binds_ahead() {
-            // A connection's channel, bound ahead: the multiplexer answered
+        if !self.by_channel.contains_key(&channel) && self.tcp_promotions_ahead() {
+            // An accepted connection's own channel: the multiplexer answered
             // the bind before it delivered anything on it.
             self.tcp_take_bound(false);
         }

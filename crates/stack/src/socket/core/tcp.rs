@@ -40,7 +40,7 @@ use crate::tcp::{
     initial_sequence_number, reset_for_closed, syn_cookie_accept, syn_cookie_reply,
     timestamp_offset, Connection, TcpConfig, TcpError, TcpState, SYN_COOKIE_LIFETIME,
 };
-use crate::time::Time;
+use crate::time::{earlier, Time};
 
 /// Linux's `tcp_synack_retries`: a SYN-ACK is sent 6 times at most, so a
 /// half-open connection leaves the SYN queue within about a minute.
@@ -277,10 +277,7 @@ impl TcpTable {
 
     pub fn next_deadline(&self) -> Option<Time> {
         let timer = self.timers.peek().map(|Reverse((t, _))| *t);
-        match (timer, self.unbinds_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earlier(timer, self.unbinds_until)
     }
 }
 
@@ -463,16 +460,12 @@ impl Inner {
             }
         };
         if self.tcp.last_connect == Some((ip, remote)) {
-            if self.tcp.ahead.len() >= MAX_AHEAD {
-                self.tcp_take_bound(true);
-            }
             let n = self.tcp.spares;
             self.tcp.spares += 1;
-            let begun = self
-                .control()
-                .begin_bind_socket(self.endpoint, PROTO_TCP, (ip, 0), peer);
-            if begun.is_ok() {
-                self.tcp.ahead.push_back(Ahead::Spare(n));
+            if self
+                .tcp_begin_bind((ip, 0), remote, Ahead::Spare(n))
+                .is_ok()
+            {
                 self.tcp.spare = Some(Spare {
                     n,
                     ip,
@@ -486,6 +479,29 @@ impl Inner {
         }
         self.tcp.last_connect = Some((ip, remote));
         Ok(bound)
+    }
+
+    /// Begins the bind of a connection channel from `local` to `remote`,
+    /// whose answer `ahead` names. At most [`MAX_AHEAD`] are begun and not
+    /// answered: past that, the answers are waited for first.
+    fn tcp_begin_bind(
+        &mut self,
+        local: (Ipv4Addr, u16),
+        remote: SocketAddrV4,
+        ahead: Ahead,
+    ) -> io::Result<()> {
+        if self.tcp.ahead.len() >= MAX_AHEAD {
+            self.tcp_take_bound(true);
+        }
+        self.control().begin_bind_socket(
+            self.endpoint,
+            PROTO_TCP,
+            local,
+            Some((*remote.ip(), remote.port())),
+        )?;
+        self.tcp.promotions += usize::from(matches!(ahead, Ahead::Promotion { .. }));
+        self.tcp.ahead.push_back(ahead);
+        Ok(())
     }
 
     /// Takes the answers to binds begun ahead that have come (with `wait`,
@@ -510,11 +526,6 @@ impl Inner {
                 },
             }
         }
-    }
-
-    /// Whether binds begun ahead wait for their answers.
-    pub(super) fn tcp_binds_ahead(&self) -> bool {
-        !self.tcp.ahead.is_empty()
     }
 
     /// Whether connections wait for the answers to their own channels'
@@ -1056,26 +1067,17 @@ impl Inner {
             let s = self.sock(id);
             (s.local, s.peer.expect("a connection has a peer"))
         };
-        if self.tcp.ahead.len() >= MAX_AHEAD {
-            self.tcp_take_bound(true);
-        }
-        let begun = self.control().begin_bind_socket(
-            self.endpoint,
-            PROTO_TCP,
-            (*local.ip(), local.port()),
-            Some((*remote.ip(), remote.port())),
-        );
-        if begun.is_err() {
+        let ahead = Ahead::Promotion { id, local, remote };
+        if self
+            .tcp_begin_bind((*local.ip(), local.port()), remote, ahead)
+            .is_err()
+        {
             // The multiplexer is gone: nothing more goes out anyway.
             if let Some(c) = self.conn_mut(id) {
                 c.conn.abort();
             }
             return;
         }
-        self.tcp
-            .ahead
-            .push_back(Ahead::Promotion { id, local, remote });
-        self.tcp.promotions += 1;
         if let Some(c) = self.conn_mut(id) {
             c.listener = None;
             c.promoting = true;
