@@ -52,6 +52,11 @@ pub struct HttpServeArgs {
     /// Seconds a connection may stay idle (between requests or inside one).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout: u64,
+    /// Have the link answer SYNs with SYN cookies, below this process, as
+    /// Linux answers them in softirq (AF_XDP links; on a veth, Linux's end
+    /// must poll: GRO on or an XDP program).
+    #[arg(long)]
+    link_syn_cookies: bool,
 }
 
 pub fn run(args: &HttpServeArgs) -> ExitCode {
@@ -86,7 +91,9 @@ fn serve(args: &HttpServeArgs) -> io::Result<()> {
         ));
     }
     tool::stop_on_signals()?;
-    let stack = tool::open_stack(args.socket.as_ref(), &tool::busy_poll(0))?;
+    let mut config = tool::busy_poll(0);
+    config.tcp.link_syn_cookies = args.link_syn_cookies;
+    let stack = tool::open_stack(args.socket.as_ref(), &config)?;
     let ip = args.ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
     let listener = TcpListener::bind(&stack, (ip, args.port))?;
     eprintln!(

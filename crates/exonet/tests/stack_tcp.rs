@@ -2,13 +2,18 @@
 //! daemons in this process and in the applications themselves.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4};
 use std::thread;
 use std::time::Duration;
 
 use exonet::hosts::{in_process_pair, two_hosts, A, B};
 use exonet_mux::Running;
-use exonet_stack::{Interest, Poll, Stack, StackConfig, TcpListener, TcpStream, Token};
+use exonet_stack::tcp::{syn_ack_shape, syn_cookie_accept, syn_cookie_reply, TcpConfig, TcpState};
+use exonet_stack::{Interest, Poll, Stack, StackConfig, TcpListener, TcpStream, Time, Token};
+use exonet_wire::tcp::{flags, write_options, TcpOption};
+use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
+
+mod common;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
@@ -627,4 +632,184 @@ fn a_ping_pong_wakes_the_application_for_what_it_receives_only() {
         (1..=3 * N as u64).contains(&rx),
         "{rx} wake-ups for {N} answers"
     );
+}
+
+/// An Ethernet frame with a SYN from `remote` to `local`, carrying these options.
+fn syn_frame(local: SocketAddrV4, remote: SocketAddrV4, isn: u32, options: &[u8]) -> Vec<u8> {
+    let tcp = TcpRepr {
+        src_port: remote.port(),
+        dst_port: local.port(),
+        seq_number: isn,
+        ack_number: 0,
+        flags: flags::SYN,
+        window: 64240,
+        urgent_ptr: 0,
+        options,
+        payload: &[],
+    };
+    let ip = Ipv4Repr {
+        src: *remote.ip(),
+        dst: *local.ip(),
+        protocol: 6,
+        ttl: 64,
+        ident: 9,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+        dscp: 0,
+        ecn: 0,
+        options: &[],
+        payload_len: tcp.buffer_len(),
+    };
+    let mut f = vec![0u8; 34 + tcp.buffer_len()];
+    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[12..14].copy_from_slice(&[8, 0]);
+    ip.emit(&mut f[14..]).unwrap();
+    tcp.emit(&mut f[34..], *remote.ip(), *local.ip()).unwrap();
+    f
+}
+
+fn monotonic() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the live `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The XDP program's SYN-ACK is the stack's own cookie SYN-ACK: the same ISS,
+/// window and options, a TSval the stack's clock gave between just before and
+/// just after, and the peer's ACK makes the connection in the stack, with the
+/// MSS, window scale and SACK the SYN offered.
+#[test]
+fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
+    if !common::netns::is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let config = TcpConfig::default();
+    let (window, wscale, sack) = syn_ack_shape(&config);
+    let key: [u8; 16] = *b"exonet-xdp-syn!!";
+    // An epoch in the past, so that the listener's clock is well past zero.
+    let epoch = monotonic() - 3_600_000_000_000;
+    let local = SocketAddrV4::new(Ipv4Addr::new(10, 77, 5, 2), 8080);
+    let listener = exonet_link::SynListener {
+        ip: *local.ip(),
+        port: local.port(),
+        key,
+        epoch,
+        mss: config.mss,
+        window,
+        wscale,
+        sack,
+        ttl: 64,
+    };
+    let mut cases = 0;
+    for i in 0..64u32 {
+        let remote = SocketAddrV4::new(
+            Ipv4Addr::new(10, 77, 5 + (i % 3) as u8, 10 + i as u8),
+            30000 + (i * 977 % 30000) as u16,
+        );
+        let isn = i.wrapping_mul(0x9e37_79b9);
+        let peer_mss = [40u16, 256, 536, 1000, 1440, 1460, 9000, 65535][i as usize % 8];
+        let peer_ws = (i % 16) as u8;
+        let tsval = i.wrapping_mul(7919);
+        let mss = TcpOption::Mss(peer_mss);
+        let ts = TcpOption::Timestamps { tsval, tsecr: 0 };
+        let ws = TcpOption::WindowScale(peer_ws);
+        let (sp, nop) = (TcpOption::SackPermitted, TcpOption::NoOp);
+        // Linux's order, then exonet's.
+        let order = if i % 2 == 0 {
+            [mss, sp, ts, nop, ws]
+        } else {
+            [mss, nop, ws, sp, ts]
+        };
+        let mut options = [0u8; 20];
+        assert_eq!(write_options(&order, &mut options).unwrap(), 20);
+        let frame = syn_frame(local, remote, isn, &options);
+        let before = Time(monotonic() - epoch);
+        let (action, out) =
+            exonet_link::afxdp::test_run(&[], std::slice::from_ref(&listener), &frame).unwrap();
+        let after = Time(monotonic() - epoch);
+        assert_eq!(action, 4, "XDP_REDIRECT");
+        let packet = TcpPacket::new_checked(&out[34..]).unwrap();
+        let got = TcpRepr::parse(&packet, *local.ip(), *remote.ip()).unwrap();
+        let syn_packet = TcpPacket::new_checked(&frame[34..]).unwrap();
+        let syn = TcpRepr::parse(&syn_packet, *remote.ip(), *local.ip()).unwrap();
+        let reply_at = |now| {
+            let mut seg = [0u8; 60];
+            let n = syn_cookie_reply(&config, &key, local, remote, &syn, now, &mut seg).unwrap();
+            seg[..n].to_vec()
+        };
+        let (early, late) = (reply_at(before), reply_at(after));
+        let early = TcpPacket::new_checked(&early[..]).unwrap();
+        let late = TcpPacket::new_checked(&late[..]).unwrap();
+        assert!(
+            [early.seq_number(), late.seq_number()].contains(&got.seq_number),
+            "the cookie"
+        );
+        assert_eq!(got.ack_number, isn.wrapping_add(1));
+        assert_eq!(got.window, early.window());
+        let ts_of = |o: &[u8]| u32::from_be_bytes(o[12..16].try_into().unwrap());
+        let (t0, t1, t) = (
+            ts_of(early.options()),
+            ts_of(late.options()),
+            ts_of(got.options),
+        );
+        assert!(t.wrapping_sub(t0) <= t1.wrapping_sub(t0), "{t0} {t} {t1}");
+        // Everything else in the options is the stack's byte for byte.
+        let mask = |o: &[u8]| [&o[..12], &o[16..]].concat();
+        assert_eq!(mask(got.options), mask(early.options()));
+        // The peer's ACK, echoing the TSval, makes the connection.
+        let mut ack_options = [0u8; 12];
+        let n = write_options(
+            &[
+                TcpOption::NoOp,
+                TcpOption::NoOp,
+                TcpOption::Timestamps {
+                    tsval: tsval.wrapping_add(1),
+                    tsecr: t,
+                },
+            ],
+            &mut ack_options,
+        )
+        .unwrap();
+        let ack = TcpRepr {
+            src_port: remote.port(),
+            dst_port: local.port(),
+            seq_number: isn.wrapping_add(1),
+            ack_number: got.seq_number.wrapping_add(1),
+            flags: flags::ACK,
+            window: 502,
+            urgent_ptr: 0,
+            options: &ack_options[..n],
+            payload: &[],
+        };
+        let c = syn_cookie_accept(config.clone(), &key, local, remote, &ack, after)
+            .expect("the ACK returns a valid cookie");
+        assert_eq!(c.state(), TcpState::Established);
+        let table = [48usize, 256, 536, 1220, 1400, 1440, 1460, 8960];
+        let expect = table
+            .iter()
+            .rev()
+            .find(|&&m| m <= usize::from(peer_mss.min(config.mss)))
+            .copied()
+            .unwrap_or(48);
+        // The cookie's MSS index (RFC 4987 §3.6's 3 bits) is the table's.
+        let index = (got.seq_number >> 24) & 7;
+        assert_eq!(table[index as usize], expect, "MSS {peer_mss}");
+        // Less the timestamps option, on every segment.
+        assert_eq!(c.send_mss(), (expect - 12).max(48), "MSS {peer_mss}");
+        // A tampered cookie makes nothing.
+        let forged = TcpRepr {
+            ack_number: ack.ack_number ^ 0x100,
+            ..ack
+        };
+        assert!(syn_cookie_accept(config.clone(), &key, local, remote, &forged, after).is_none());
+        cases += 1;
+    }
+    assert_eq!(cases, 64);
 }

@@ -312,3 +312,60 @@ fn tcp_with_linux_peers_over_afxdp() {
     }
     tcp_with_linux_peers("afxdp", "", 62);
 }
+
+/// Linux connects to a listener whose SYNs the daemon's XDP program answers
+/// with cookies (`http-serve --link-syn-cookies`): every connection is made
+/// by its ACK, the server never sees a SYN, and the link counts them. A SYN
+/// without timestamps (Linux's `tcp_timestamps = 0`) goes on to the stack,
+/// which answers it as before.
+#[test]
+fn linux_connects_to_a_listener_whose_syns_the_link_answers() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut rig = Rig::new("afxdp", "", 67);
+    rig.no_offloads();
+    // A veth passes redirected frames only to a peer that polls.
+    run(rig.linux("ethtool").args(["-K", &rig.vl, "gro", "on"]));
+    let exo = rig.exo_ip.clone();
+    let www = rig.dir().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "cookie\n").unwrap();
+    let (serve, _log) = server(
+        &rig.sock,
+        &[
+            "http-serve",
+            www.to_str().unwrap(),
+            "--port",
+            "80",
+            "--link-syn-cookies",
+        ],
+        "serving ",
+    );
+    rig.procs.push(serve);
+    let answered = |rig: &Rig| {
+        let s = text(&tool(rig, &["stats", "--json"]).stdout);
+        json_u64(&s, "syns_answered").expect("the link's syns_answered")
+    };
+    let curl_20 = |rig: &Rig| {
+        let out = sh(
+            rig,
+            &format!("sh -c 'for i in $(seq 20); do curl -sS --fail http://{exo}/; done'"),
+        );
+        assert_eq!(text(&out.stdout), "cookie\n".repeat(20));
+    };
+    curl_20(&rig);
+    let first = answered(&rig);
+    assert!(first >= 20, "{first} SYNs answered by the link");
+    run(rig
+        .linux("sysctl")
+        .args(["-w", "net.ipv4.tcp_timestamps=0"]));
+    curl_20(&rig);
+    assert_eq!(
+        answered(&rig),
+        first,
+        "SYNs without timestamps are the stack's"
+    );
+    assert!(rig.daemon_alive());
+}

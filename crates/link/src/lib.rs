@@ -37,6 +37,7 @@
 
 use std::fmt;
 use std::io;
+use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
@@ -124,6 +125,33 @@ pub struct LinkStats {
     /// Frames taken from the caller but not sent: shorter than [`MIN_FRAME_LEN`],
     /// longer than the lent buffer, or refused by the device.
     pub tx_dropped: u64,
+    /// SYNs answered by the link itself ([`Link::answer_syns`]).
+    pub syns_answered: u64,
+}
+
+/// A TCP listener whose SYNs a link answers with SYN cookies, below the
+/// application ([`Link::answer_syns`]; AF_XDP's XDP program does, see
+/// [`afxdp`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SynListener {
+    /// The listener's address (one of the host's).
+    pub ip: Ipv4Addr,
+    /// The listener's port.
+    pub port: u16,
+    /// The SipHash key of the listener's cookies and timestamp offsets.
+    pub key: [u8; 16],
+    /// When the listener's clock reads zero, on the monotonic clock (ns).
+    pub epoch: u64,
+    /// The MSS the SYN-ACK offers and the cookie's MSS is clamped to.
+    pub mss: u16,
+    /// The SYN-ACK's window field.
+    pub window: u16,
+    /// The window scale the SYN-ACK offers, if any.
+    pub wscale: Option<u8>,
+    /// Whether the SYN-ACK permits SACK.
+    pub sack: bool,
+    /// The IPv4 TTL of the SYN-ACK.
+    pub ttl: u8,
 }
 
 /// A network link that moves batches of Ethernet frames (no preamble, no FCS).
@@ -218,6 +246,24 @@ pub trait Link: Send {
         Ok(())
     }
 
+    /// Answers the SYNs of `listener` with SYN cookies below the application,
+    /// which sees only the ACKs that complete them; registering the same
+    /// address and port again replaces the entry. Links that cannot keep the
+    /// default, `Unsupported`; wrappers that watch or change frames do not
+    /// pass it on, as the answered SYNs would go by them.
+    fn answer_syns(&mut self, listener: &SynListener) -> io::Result<()> {
+        let _ = listener;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this link does not answer SYNs",
+        ))
+    }
+
+    /// Stops answering the SYNs to `ip`:`port`, if it did.
+    fn stop_answering_syns(&mut self, ip: Ipv4Addr, port: u16) {
+        let _ = (ip, port);
+    }
+
     /// Longest a caller may sleep before calling the link again even without any
     /// readiness on [`as_raw_fd`](Link::as_raw_fd); `None` means no limit. Links that
     /// hold frames for later (delay, reordering) say when they are due.
@@ -268,6 +314,12 @@ macro_rules! forward_link {
         }
         fn uncork(&mut self) -> io::Result<()> {
             (**self).uncork()
+        }
+        fn answer_syns(&mut self, listener: &SynListener) -> io::Result<()> {
+            (**self).answer_syns(listener)
+        }
+        fn stop_answering_syns(&mut self, ip: Ipv4Addr, port: u16) {
+            (**self).stop_answering_syns(ip, port)
         }
     };
 }

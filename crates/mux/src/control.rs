@@ -611,6 +611,11 @@ impl Daemon {
                 self.mux.set_handler(ch, None).map_err(refused)?;
                 Ok(Reply::Ok)
             }
+            Request::AnswerSyns { channel, answers } => {
+                let ch = self.owned_channel(conn, channel)?;
+                self.mux.answer_syns(ch, &answers).map_err(refused)?;
+                Ok(Reply::Ok)
+            }
             Request::Unbind { channel } => {
                 let ch = self.owned_channel(conn, channel)?;
                 self.mux.unbind_channel(ch).map_err(refused)?;
@@ -823,6 +828,7 @@ fn link_fields(l: &exonet_link::LinkStats) -> Vec<(String, u64)> {
         ("tx_frames", l.tx_frames),
         ("tx_bytes", l.tx_bytes),
         ("tx_dropped", l.tx_dropped),
+        ("syns_answered", l.syns_answered),
     ])
 }
 
@@ -846,6 +852,7 @@ pub(crate) fn refused(e: MuxError) -> (ErrorCode, String) {
         MuxError::NoPortsLeft(_) => ErrorCode::NoPortsLeft,
         MuxError::NotOurAddress(_) => ErrorCode::NotOurAddress,
         MuxError::BadHandler(_) => ErrorCode::BadHandler,
+        MuxError::Link(_) => ErrorCode::Unavailable,
     };
     (code, e.to_string())
 }

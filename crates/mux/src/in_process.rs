@@ -9,7 +9,7 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use exonet_shm::control::{ControlError, HandlerSpec, HostInfo};
+use exonet_shm::control::{ControlError, HandlerSpec, HostInfo, SynAnswers};
 use exonet_shm::{AppEndpoint, Segment, SegmentConfig};
 use exonet_stack::Multiplexer;
 
@@ -111,6 +111,10 @@ impl Multiplexer for InProcess {
 
     fn remove_handler(&mut self, channel: u32) -> io::Result<()> {
         Ok(self.mux.set_handler(ChannelId(channel), None)?)
+    }
+
+    fn answer_syns(&mut self, channel: u32, answers: &SynAnswers) -> io::Result<()> {
+        Ok(self.mux.answer_syns(ChannelId(channel), answers)?)
     }
 
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {

@@ -85,7 +85,7 @@ pub use template::{Template, TemplateField};
 
 use conn::{ConnTrack, Fate, Followed, Hold, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
-use exonet_shm::control::HandlerSpec;
+use exonet_shm::control::{HandlerSpec, SynAnswers};
 use frag::To;
 use handlers::Budget;
 use host::Host;
@@ -150,6 +150,8 @@ pub enum MuxError {
     /// A handler (module, pipe list or window) that does not validate or
     /// compile.
     BadHandler(String),
+    /// The link refused (it cannot answer SYNs, or holds no more listeners).
+    Link(String),
 }
 
 impl fmt::Display for MuxError {
@@ -168,6 +170,7 @@ impl fmt::Display for MuxError {
                 local.0, local.1, remote.0, remote.1
             ),
             MuxError::BadHandler(why) => write!(f, "handler refused: {why}"),
+            MuxError::Link(why) => write!(f, "the link refused: {why}"),
         }
     }
 }
@@ -600,6 +603,8 @@ struct Channel {
     /// What the multiplexer follows of a TCP connection channel's
     /// connection, to reset it or hold its TIME-WAIT when the channel goes.
     conn: Option<ConnTrack>,
+    /// The link answers this listener's SYNs ([`Mux::answer_syns`]).
+    syn_answers: bool,
 }
 
 /// What delivering to a channel takes of the multiplexer, borrowed field by
@@ -781,8 +786,49 @@ impl Mux {
         Ok(e.ep)
     }
 
-    /// A channel goes: it is no connection's channel any more.
+    /// Has the link answer the SYNs of TCP listener channel `ch` with SYN
+    /// cookies, until the channel goes. The SYN-ACKs bypass the template check: they come from
+    /// the listener's own address and port, to whoever sent the SYN.
+    pub fn answer_syns(&mut self, ch: ChannelId, answers: &SynAnswers) -> Result<(), MuxError> {
+        let c = self
+            .channels
+            .get(&ch.0)
+            .ok_or(MuxError::NoSuchChannel(ch))?;
+        let Some(spec) = c
+            .spec
+            .filter(|s| s.proto == Proto::Tcp && s.remote.is_none())
+        else {
+            return Err(MuxError::NotPermitted(
+                "only a TCP listener's SYNs are answered".into(),
+            ));
+        };
+        let l = exonet_link::SynListener {
+            ip: spec.local_addr,
+            port: spec.local_port,
+            key: answers.key,
+            epoch: answers.epoch,
+            mss: answers.mss,
+            window: answers.window,
+            wscale: answers.wscale,
+            sack: answers.sack,
+            ttl: answers.ttl,
+        };
+        self.link
+            .answer_syns(&l)
+            .map_err(|e| MuxError::Link(e.to_string()))?;
+        if let Some(c) = self.channels.get_mut(&ch.0) {
+            c.syn_answers = true;
+        }
+        Ok(())
+    }
+
+    /// A channel goes: it is no connection's channel any more, and the link
+    /// answers no more SYNs for it.
     fn forget_conn_channel(&mut self, ch: ChannelId, c: &Channel) {
+        if let Some(spec) = c.spec.filter(|_| c.syn_answers) {
+            self.link
+                .stop_answering_syns(spec.local_addr, spec.local_port);
+        }
         let Some(t) = c.spec.as_ref().and_then(conn_tuple) else {
             return;
         };
@@ -951,6 +997,7 @@ impl Mux {
                 spec,
                 frags,
                 conn,
+                syn_answers: false,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {

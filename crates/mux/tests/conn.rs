@@ -861,3 +861,108 @@ fn an_endpoint_follows_a_bounded_number_of_connections() {
     n.mux.remove_endpoint(a.ep).unwrap();
     assert_eq!(n.on_wire().len(), 1024);
 }
+
+/// A memwire end that records which listeners it is asked to answer SYNs for.
+struct Answering {
+    wire: MemWire,
+    listeners: std::sync::Arc<std::sync::Mutex<Vec<(Ipv4Addr, u16)>>>,
+}
+
+impl Link for Answering {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> std::io::Result<usize> {
+        self.wire.recv_batch(f, max)
+    }
+    fn send_with(
+        &mut self,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> std::io::Result<usize> {
+        self.wire.send_with(fill)
+    }
+    fn mtu(&self) -> usize {
+        self.wire.mtu()
+    }
+    fn mac(&self) -> [u8; 6] {
+        self.wire.mac()
+    }
+    fn as_raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wire.as_raw_fd()
+    }
+    fn stats(&self) -> exonet_link::LinkStats {
+        self.wire.stats()
+    }
+    fn answer_syns(&mut self, l: &exonet_link::SynListener) -> std::io::Result<()> {
+        self.listeners.lock().unwrap().push((l.ip, l.port));
+        Ok(())
+    }
+    fn stop_answering_syns(&mut self, ip: Ipv4Addr, port: u16) {
+        self.listeners.lock().unwrap().retain(|&l| l != (ip, port));
+    }
+}
+
+/// Only a TCP listener's SYNs are answered by the link, and only while its
+/// channel lives: the link
+/// stops when the channel is unbound or its endpoint goes. A link that
+/// cannot answer refuses, and nothing is left registered.
+#[test]
+fn the_link_answers_a_listeners_syns_while_its_channel_lives() {
+    let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (a, _b) = exonet_link::memwire::pair().unwrap();
+    let second = Ipv4Addr::new(10, 0, 0, 9);
+    let link = Answering {
+        wire: a,
+        listeners: listeners.clone(),
+    };
+    let mut mux = Mux::new(Box::new(link), vec![HOST, second], MuxConfig::default());
+    let (ep, _app, _) = endpoint(&mut mux, 8, false);
+    let answers = exonet_shm::control::SynAnswers {
+        mss: 1460,
+        ttl: 64,
+        ..Default::default()
+    };
+    let (conn, _) = mux
+        .bind_socket(ep, tcp(0, Some((PEER, PEER_PORT))))
+        .unwrap();
+    assert!(matches!(
+        mux.answer_syns(conn, &answers),
+        Err(MuxError::NotPermitted(_))
+    ));
+    let (udp, _) = mux
+        .bind_socket(
+            ep,
+            ChannelSpec {
+                proto: Proto::Udp,
+                ..tcp(5353, None)
+            },
+        )
+        .unwrap();
+    assert!(mux.answer_syns(udp, &answers).is_err());
+    assert!(listeners.lock().unwrap().is_empty());
+
+    let (one, _) = mux.bind_socket(ep, tcp(8080, None)).unwrap();
+    mux.answer_syns(one, &answers).unwrap();
+    assert_eq!(*listeners.lock().unwrap(), [(HOST, 8080)]);
+    let (all, _) = mux
+        .bind_socket(
+            ep,
+            ChannelSpec {
+                local_addr: second,
+                ..tcp(8081, None)
+            },
+        )
+        .unwrap();
+    mux.answer_syns(all, &answers).unwrap();
+    assert_eq!(*listeners.lock().unwrap(), [(HOST, 8080), (second, 8081)]);
+    mux.unbind_channel(one).unwrap();
+    assert_eq!(*listeners.lock().unwrap(), [(second, 8081)]);
+    mux.remove_endpoint(ep).unwrap();
+    assert!(listeners.lock().unwrap().is_empty());
+
+    // A memwire cannot: refused, as the link said.
+    let (mut plain, _wire) = mux_with(MuxConfig::default());
+    let (ep, _app, _) = endpoint(&mut plain, 8, false);
+    let (l, _) = plain.bind_socket(ep, tcp(8080, None)).unwrap();
+    assert!(matches!(
+        plain.answer_syns(l, &answers),
+        Err(MuxError::Link(_))
+    ));
+}

@@ -4,8 +4,8 @@
 use std::net::Ipv4Addr;
 
 use exonet_shm::control::{
-    Below, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, MAX_HANDLER_MODULE, NO_REPLY,
-    STATS_PAGE,
+    Below, ErrorCode, HandlerSpec, Record, Reply, Request, SynAnswers, WireField,
+    MAX_HANDLER_MODULE, NO_REPLY, STATS_PAGE,
 };
 use proptest::prelude::*;
 
@@ -92,7 +92,61 @@ fn request() -> impl Strategy<Value = Request> {
                 }
             }),
         any::<u32>().prop_map(|channel| Request::RemoveHandler { channel }),
+        (
+            any::<u32>(),
+            any::<[u8; 16]>(),
+            any::<u64>(),
+            48u16..,
+            any::<u16>(),
+            prop::option::of(0u8..=14),
+            any::<bool>(),
+            1u8..,
+        )
+            .prop_map(|(channel, key, epoch, mss, window, wscale, sack, ttl)| {
+                Request::AnswerSyns {
+                    channel,
+                    answers: SynAnswers {
+                        key,
+                        epoch,
+                        mss,
+                        window,
+                        wscale,
+                        sack,
+                        ttl,
+                    },
+                }
+            }),
     ]
+}
+
+/// What a link could not put in a SYN-ACK is refused by the decoder.
+#[test]
+fn syn_answers_out_of_range_are_refused() {
+    let good = Request::AnswerSyns {
+        channel: 3,
+        answers: SynAnswers {
+            key: [1; 16],
+            epoch: 5,
+            mss: 1460,
+            window: 65535,
+            wscale: Some(7),
+            sack: true,
+            ttl: 64,
+        },
+    };
+    let bytes = good.encode();
+    assert!(Request::decode(&bytes).is_ok());
+    // channel(4) key(16) epoch(8) mss(2) window(2) wscale sack ttl, after the kind.
+    let at = |field: usize, v: &[u8]| {
+        let mut b = bytes.clone();
+        b[1 + field..1 + field + v.len()].copy_from_slice(v);
+        Request::decode(&b)
+    };
+    assert!(at(32, &[15]).is_err(), "a window scale of 15");
+    assert!(at(32, &[0xff]).is_ok(), "no window scale");
+    assert!(at(33, &[2]).is_err(), "SACK-permitted 2");
+    assert!(at(34, &[0]).is_err(), "TTL 0");
+    assert!(at(28, &47u16.to_le_bytes()).is_err(), "MSS 47");
 }
 
 fn reply() -> impl Strategy<Value = Reply> {

@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub use msg::{
-    Below, DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, WireField, CONTROL_VERSION,
-    MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST, MAX_PIPE_LISTS,
-    MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, NO_REPLY, PROTO_ICMP, PROTO_TCP, PROTO_UDP,
-    STATS_PAGE,
+    Below, DecodeError, ErrorCode, HandlerSpec, Record, Reply, Request, SynAnswers, WireField,
+    CONTROL_VERSION, MAX_FILTERS, MAX_FILTER_TEXT, MAX_HANDLER_MODULE, MAX_MESSAGE, MAX_PIPE_LIST,
+    MAX_PIPE_LISTS, MAX_TEMPLATE_FIELD, MAX_TEMPLATE_FIELDS, NO_REPLY, PROTO_ICMP, PROTO_TCP,
+    PROTO_UDP, STATS_PAGE,
 };
 pub use sock::{connect_or_remove_dead, PeerCred, SeqListener, SeqPacket, MAX_FDS};
 
@@ -366,6 +366,15 @@ impl Client {
 
     pub fn remove_handler(&mut self, channel: u32) -> Result<(), ControlError> {
         self.expect_ok(&Request::RemoveHandler { channel })
+    }
+
+    /// Has the link answer the SYNs of TCP listener `channel` with SYN
+    /// cookies ([`Request::AnswerSyns`]).
+    pub fn answer_syns(&mut self, channel: u32, answers: &SynAnswers) -> Result<(), ControlError> {
+        self.expect_ok(&Request::AnswerSyns {
+            channel,
+            answers: answers.clone(),
+        })
     }
 
     pub fn unbind(&mut self, channel: u32) -> Result<(), ControlError> {

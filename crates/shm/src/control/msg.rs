@@ -124,6 +124,36 @@ pub enum Request {
     RemoveHandler {
         channel: u32,
     },
+    /// Has the link answer the SYNs of TCP listener `channel` with SYN
+    /// cookies, until the channel goes.
+    AnswerSyns {
+        channel: u32,
+        answers: SynAnswers,
+    },
+}
+
+/// [`SynAnswers::wscale`] on the wire when the SYN-ACK offers none.
+const NO_WSCALE: u8 = 0xff;
+
+/// How a TCP listener's SYNs are answered below the application, with SYN
+/// cookies the listener's stack takes back (`exonet_link::SynListener` holds
+/// the same, with the address and port the multiplexer adds).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SynAnswers {
+    /// The SipHash key of the listener's cookies and timestamp offsets.
+    pub key: [u8; 16],
+    /// When the listener's clock reads zero, on the monotonic clock (ns).
+    pub epoch: u64,
+    /// The MSS the SYN-ACK offers.
+    pub mss: u16,
+    /// The SYN-ACK's window field.
+    pub window: u16,
+    /// The window scale the SYN-ACK offers, if any.
+    pub wscale: Option<u8>,
+    /// Whether the SYN-ACK permits SACK.
+    pub sack: bool,
+    /// The IPv4 TTL of the SYN-ACK.
+    pub ttl: u8,
 }
 
 /// A handler (ASH) an application installs on one of its channels.
@@ -295,6 +325,12 @@ impl Enc {
         self.0.extend_from_slice(v);
         self
     }
+    /// Bytes of a length both sides know, without a length before them.
+    fn take_bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(v);
+        self
+    }
+
     fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
     }
@@ -452,6 +488,16 @@ impl Request {
                 &mut e
             }
             Request::RemoveHandler { channel } => e.u8(14).u32(*channel),
+            Request::AnswerSyns { channel, answers } => e
+                .u8(15)
+                .u32(*channel)
+                .take_bytes(&answers.key)
+                .u64(answers.epoch)
+                .u16(answers.mss)
+                .u16(answers.window)
+                .u8(answers.wscale.unwrap_or(NO_WSCALE))
+                .u8(u8::from(answers.sack))
+                .u8(answers.ttl),
         };
         e.0
     }
@@ -557,6 +603,37 @@ impl Request {
                 }
             }
             14 => Request::RemoveHandler { channel: d.u32()? },
+            15 => {
+                let channel = d.u32()?;
+                let key = d.take(16)?.try_into().expect("16 bytes");
+                let (epoch, mss, window) = (d.u64()?, d.u16()?, d.u16()?);
+                let wscale = match d.u8()? {
+                    NO_WSCALE => None,
+                    s @ 0..=14 => Some(s),
+                    _ => return Err(DecodeError("a window scale above 14")),
+                };
+                let sack = match d.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError("SACK-permitted is 0 or 1")),
+                };
+                let ttl = d.u8()?;
+                if mss < 48 || ttl == 0 {
+                    return Err(DecodeError("an MSS below 48 or a TTL of 0"));
+                }
+                Request::AnswerSyns {
+                    channel,
+                    answers: SynAnswers {
+                        key,
+                        epoch,
+                        mss,
+                        window,
+                        wscale,
+                        sack,
+                        ttl,
+                    },
+                }
+            }
             _ => return Err(DecodeError("unknown request")),
         };
         d.end()?;

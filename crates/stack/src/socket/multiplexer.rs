@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
-use exonet_shm::control::{Client, HandlerSpec, HostInfo};
+use exonet_shm::control::{Client, HandlerSpec, HostInfo, SynAnswers};
 use exonet_shm::{AppEndpoint, SegmentConfig};
 
 /// The multiplexer's services to one application.
@@ -61,6 +61,15 @@ pub trait Multiplexer: Send {
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()>;
     /// Removes a channel's handler.
     fn remove_handler(&mut self, channel: u32) -> io::Result<()>;
+    /// Has the link answer the SYNs of TCP listener `channel` with SYN cookies
+    /// made as `answers` says; `Unsupported` where it cannot.
+    fn answer_syns(&mut self, channel: u32, answers: &SynAnswers) -> io::Result<()> {
+        let _ = (channel, answers);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this multiplexer does not answer SYNs",
+        ))
+    }
     /// The MAC of a neighbour, or `None` while the multiplexer asks the wire.
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>>;
     /// A descriptor that hangs up when the multiplexer goes away.
@@ -137,6 +146,10 @@ impl Multiplexer for Client {
 
     fn remove_handler(&mut self, channel: u32) -> io::Result<()> {
         Ok(Client::remove_handler(self, channel)?)
+    }
+
+    fn answer_syns(&mut self, channel: u32, answers: &SynAnswers) -> io::Result<()> {
+        Ok(Client::answer_syns(self, channel, answers)?)
     }
 
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {

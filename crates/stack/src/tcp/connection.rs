@@ -135,6 +135,14 @@ pub struct TcpConfig {
     /// Linux's `tcp_syncookies = 1`. Off, such SYNs are dropped. Only a listener's
     /// setting counts.
     pub syn_cookies: bool,
+    /// Every SYN to a listener is answered with a SYN cookie by the link,
+    /// below the application, where the link can (AF_XDP's XDP program: see
+    /// `exonet_link::afxdp`), as Linux answers SYNs in softirq: a handshake
+    /// wakes the application only for the ACK that completes it. Off by
+    /// default: a cookie's SYN-ACK is never sent again, so if the peer's ACK
+    /// is lost, a protocol where the server speaks first waits for the peer
+    /// to send something. Only a listener's setting counts.
+    pub link_syn_cookies: bool,
     /// RACK (RFC 8985 §6), where SACK is agreed: a segment is lost once one sent
     /// after it was delivered and a round trip plus a reordering window passed
     /// since it was sent, which finds lost retransmissions and losses that fewer
@@ -193,6 +201,7 @@ impl Default for TcpConfig {
             tail_loss_probe: true,
             hystart: true,
             syn_cookies: true,
+            link_syn_cookies: false,
             rack: true,
         }
     }

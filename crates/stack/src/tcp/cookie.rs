@@ -9,7 +9,9 @@
 //! the peer's ISN, the whole counter and the MSS index. A cookie is good in the
 //! tick it was made and the next (64 to 128 s). A blind guess passes about once
 //! in 2^23 tries (24 bits of MAC, two ticks good), and the socket layer checks
-//! ACKs for cookies only while its listener sends them.
+//! ACKs for cookies only while its listener sends them, or while the link
+//! answers its SYNs (`exonet_link::afxdp` makes the same cookies in its XDP
+//! program).
 //!
 //! The other SYN options have no room in 32 bits. If the SYN offered timestamps
 //! (RFC 7323 §3), as Linux does, the low 5 bits of our TSval carry the peer's
@@ -29,8 +31,8 @@
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-use exonet_wire::tcp::flags;
-use exonet_wire::TcpRepr;
+use exonet_wire::tcp::{flags, TcpOption};
+use exonet_wire::{TcpPacket, TcpRepr};
 
 use super::connection::{
     mss_option, sack_permitted_option, ts_option, wscale_option, Connection, SynOptions, TcpConfig,
@@ -186,6 +188,54 @@ pub fn syn_cookie_reply(
         c
     };
     c.poll_transmit(now, buf)
+}
+
+/// What a cookie's SYN-ACK of a listener with `config` says to a SYN that
+/// offers every option (as Linux's does): its window field, the window scale
+/// it offers and whether it permits SACK. A link that answers SYNs for the
+/// listener (`link_syn_cookies`) says the same.
+pub fn syn_ack_shape(config: &TcpConfig) -> (u16, Option<u8>, bool) {
+    let local = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 1), 1);
+    let remote = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 2), 2);
+    let mut options = [0u8; 20];
+    let Ok(n) = exonet_wire::tcp::write_options(
+        &[
+            TcpOption::Mss(u16::MAX),
+            TcpOption::SackPermitted,
+            TcpOption::Timestamps { tsval: 1, tsecr: 0 },
+            TcpOption::NoOp,
+            TcpOption::WindowScale(7),
+        ],
+        &mut options,
+    ) else {
+        return (0, None, false);
+    };
+    let syn = TcpRepr {
+        src_port: 2,
+        dst_port: 1,
+        seq_number: 1,
+        ack_number: 0,
+        flags: flags::SYN,
+        window: u16::MAX,
+        urgent_ptr: 0,
+        options: &options[..n],
+        payload: &[],
+    };
+    let mut seg = [0u8; 60];
+    let shape = syn_cookie_reply(config, &[0; 16], local, remote, &syn, Time::ZERO, &mut seg)
+        .and_then(|n| TcpPacket::new_checked(&seg[..n]).ok())
+        .map(|p| {
+            let reply = TcpRepr {
+                options: p.options(),
+                ..syn
+            };
+            (
+                p.window(),
+                wscale_option(&reply),
+                sack_permitted_option(&reply),
+            )
+        });
+    shape.unwrap_or((0, None, false))
 }
 
 /// The connection, ESTABLISHED, that `ack` makes if it is a bare ACK (FIN and data

@@ -102,7 +102,7 @@ pub use cc::Congestion;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };
-pub use cookie::{syn_cookie_accept, syn_cookie_reply, SYN_COOKIE_LIFETIME};
+pub use cookie::{syn_ack_shape, syn_cookie_accept, syn_cookie_reply, SYN_COOKIE_LIFETIME};
 pub use isn::{initial_sequence_number, timestamp_offset};
 pub use send::{Pieces, SendMemory};
 pub use seq::SeqNum;

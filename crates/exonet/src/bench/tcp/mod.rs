@@ -15,7 +15,9 @@
 //!   test) and `tcp-bulk-veth` (1 GB; 100 MB with `--quick`), `gbps` of data
 //!   at the receiver from its first byte to the end.
 //! - `tcp-cps-veth`, `cps`: connect, a 64-byte request and answer, close, one
-//!   after the other.
+//!   after the other. exonet's listener has the link answer its SYNs with
+//!   SYN cookies (`TcpConfig::link_syn_cookies`: the XDP program answers
+//!   them), as Linux answers SYNs in softirq without waking the server.
 //!
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace and
 //! an application on it), `exonet-inproc` (each application runs its own
@@ -472,6 +474,11 @@ fn measure(
             .arg(job.phases.window.as_millis().to_string());
         if pinned {
             c.arg("--cpu").arg(i.to_string());
+        }
+        // exonet's listener has its SYNs answered below it, as Linux's are
+        // in softirq.
+        if role == Role::Serve && serve[i].is_some() {
+            c.arg("--link-syn-cookies");
         }
         match serve[i] {
             Some(Serve::Daemon(socket)) => c.arg("--socket").arg(socket),

@@ -25,7 +25,7 @@ use crate::bench::endpoint::error;
 use crate::bench::endpoint::peer::PATIENCE;
 use crate::bench::measure;
 use crate::bench::report::Fail;
-use crate::bench::udp::exonet::{open_stack, Serve};
+use crate::bench::udp::exonet::{open_stack_with, stack_config, Serve};
 
 /// Round trips timed at most (bounds the memory of the samples).
 const MAX_SAMPLES: usize = 1 << 22;
@@ -87,6 +87,10 @@ pub struct TcpNodeArgs {
     pub warmup_ms: u64,
     #[arg(long)]
     pub window_ms: u64,
+    /// exonet: the link answers the listener's SYNs with SYN cookies
+    /// (`TcpConfig::link_syn_cookies`).
+    #[arg(long)]
+    pub link_syn_cookies: bool,
 }
 
 /// A byte stream, blocking or spun on.
@@ -263,8 +267,9 @@ pub fn node(args: &TcpNodeArgs) -> Result<(), Fail> {
     let net = match args.stack {
         Stack::Exonet | Stack::ExonetInproc | Stack::ExonetInprocBusy => {
             let serve = Serve::of(args.socket.as_deref(), args.link.as_deref())?;
-            let busy = args.stack == Stack::ExonetInprocBusy;
-            Net::Exonet(open_stack(serve, *args.local.ip(), busy)?)
+            let mut config = stack_config(args.stack == Stack::ExonetInprocBusy);
+            config.tcp.link_syn_cookies = args.link_syn_cookies;
+            Net::Exonet(open_stack_with(serve, *args.local.ip(), config)?)
         }
         Stack::Linux => Net::Linux { busy: false },
         Stack::LinuxBusy => Net::Linux { busy: true },

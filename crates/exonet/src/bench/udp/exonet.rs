@@ -75,14 +75,15 @@ impl ExonetSocket {
 /// An exonet stack on `ip`, served as `serve` says, spinning [`BUSY_POLL`]
 /// before it sleeps if `busy`.
 pub fn open_stack(serve: Serve, ip: Ipv4Addr, busy: bool) -> Result<Stack, Fail> {
-    open_stack_with(
-        serve,
-        ip,
-        StackConfig {
-            busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
-            ..StackConfig::default()
-        },
-    )
+    open_stack_with(serve, ip, stack_config(busy))
+}
+
+/// A stack's configuration, busy-polling or not.
+pub fn stack_config(busy: bool) -> StackConfig {
+    StackConfig {
+        busy_poll: if busy { BUSY_POLL } else { Duration::ZERO },
+        ..StackConfig::default()
+    }
 }
 
 /// An exonet stack on `ip` with this configuration.

@@ -14,8 +14,11 @@
 //! bound ahead, so only its first connect waits for a bind. Once the SYN
 //! queue is full, SYNs are answered with SYN cookies (RFC 4987 §3.6,
 //! [`TcpConfig::syn_cookies`]) and cost nothing: an ACK that returns a valid
-//! cookie makes the connection straight into the accept queue. Segments are
-//! matched to connections by 4-tuple whatever channel brought them.
+//! cookie makes the connection straight into the accept queue. A listener
+//! with [`TcpConfig::link_syn_cookies`] has the link answer every SYN it can
+//! with the same cookies (AF_XDP's XDP program, under this stack's key and
+//! clock), so only the ACK wakes the application. Segments are matched to
+//! connections by 4-tuple whatever channel brought them.
 //!
 //! Segments received in one pump are all given to their connections before any
 //! answers, so a batch of data gets one ACK. Timers are a heap of deadlines,
@@ -28,7 +31,7 @@ use std::io::{self, Read};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use exonet_shm::control::PROTO_TCP;
+use exonet_shm::control::{SynAnswers, PROTO_TCP};
 use exonet_shm::{Desc, Part, INLINE_MAX};
 use exonet_wire::ipv4::protocol;
 use exonet_wire::tcp::flags;
@@ -37,7 +40,7 @@ use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr, WireError};
 use super::{segment_bytes_mut, write_eth, Held, Inner, Kind, Sock, ETH_LEN, IP_LEN};
 use crate::ipv4_rx::{DstKind, Ipv4Datagram};
 use crate::tcp::{
-    initial_sequence_number, reset_for_closed, syn_cookie_accept, syn_cookie_reply,
+    initial_sequence_number, reset_for_closed, syn_ack_shape, syn_cookie_accept, syn_cookie_reply,
     timestamp_offset, Connection, TcpConfig, TcpError, TcpState, SYN_COOKIE_LIFETIME,
 };
 use crate::time::{earlier, Time};
@@ -124,6 +127,9 @@ pub(crate) struct Listener {
     /// When the listener last sent a SYN cookie: ACKs are checked for one only
     /// within [`SYN_COOKIE_LIFETIME`] of it, so that a guess has fewer chances.
     cookie_sent: Option<Time>,
+    /// The link answers its SYNs with cookies ([`TcpConfig::link_syn_cookies`]):
+    /// any ACK may return one.
+    link_answers: bool,
     config: TcpConfig,
 }
 
@@ -376,11 +382,29 @@ impl Inner {
             self.control()
                 .bind_socket(self.endpoint, PROTO_TCP, (ip, local.port()), None)?;
         let mut s = Sock::new(Kind::Tcp, channel, SocketAddrV4::new(ip, port));
+        // Cookies carry window scaling and SACK in timestamps only.
+        let link_answers = config.link_syn_cookies && config.timestamps && {
+            let mut c = config.clone();
+            clamp_mss(&mut c, self.mtu);
+            let (window, wscale, sack) = syn_ack_shape(&c);
+            let answers = SynAnswers {
+                key: self.tcp.key,
+                epoch: self.epoch,
+                mss: c.mss,
+                window,
+                wscale,
+                sack,
+                ttl: s.ttl,
+            };
+            // A link that cannot leaves the SYNs to the listener, as without.
+            self.control().answer_syns(channel, &answers).is_ok()
+        };
         s.tcp = Some(TcpSock::Listener(Box::new(Listener {
             ready: VecDeque::new(),
             backlog: backlog.max(1),
             embryos: 0,
             cookie_sent: None,
+            link_answers,
             config,
         })));
         Ok(self.add_socket(s))
@@ -1033,9 +1057,9 @@ impl Inner {
         let Some(l) = listener_in(&mut self.sockets, lid) else {
             return false;
         };
-        let recent = l
-            .cookie_sent
-            .is_some_and(|t| now.saturating_duration_since(t) <= SYN_COOKIE_LIFETIME);
+        let recent = l.link_answers
+            || l.cookie_sent
+                .is_some_and(|t| now.saturating_duration_since(t) <= SYN_COOKIE_LIFETIME);
         if !recent {
             return false;
         }

@@ -34,14 +34,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::sys::{self, Mmap};
-use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
+use crate::{sendable, Link, LinkStats, SynListener, MAX_HEADER_LEN};
+
+mod syn;
+
+pub use syn::MAX_SYN_LISTENERS;
 
 /// Headroom the kernel keeps in front of every received frame in a chunk.
 const XDP_PACKET_HEADROOM: usize = 256;
 const BPF_MAP_CREATE: libc::c_int = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_PROG_LOAD: libc::c_int = 5;
+const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
@@ -149,6 +157,11 @@ pub struct AfXdp {
     _xdp_link: OwnedFd,
     _prog: OwnedFd,
     _map: OwnedFd,
+    /// The listeners whose SYNs the program answers ([`Link::answer_syns`]).
+    syns: OwnedFd,
+    answering: Vec<(Ipv4Addr, u16)>,
+    /// SYNs answered for listeners no longer in `syns`.
+    syns_answered_before: u64,
     fd: OwnedFd,
     rx: Ring,
     tx: Ring,
@@ -307,7 +320,8 @@ impl AfXdp {
         attr.put_u64(8, &key as *const u32 as u64);
         attr.put_u64(16, &value as *const u32 as u64);
         bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
-        let prog = load_xdp(&assemble(map.as_raw_fd(), &cfg.steer))?;
+        let syns = syn_map()?;
+        let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &cfg.steer))?;
         let mut attr = Attr::default();
         attr.put_u32(0, prog.as_raw_fd() as u32);
         attr.put_u32(4, ifindex as u32);
@@ -321,6 +335,9 @@ impl AfXdp {
             _xdp_link: xdp_link,
             _prog: prog,
             _map: map,
+            syns,
+            answering: Vec::new(),
+            syns_answered_before: 0,
             fd,
             rx,
             tx,
@@ -391,6 +408,22 @@ impl AfXdp {
         self.comp
             .word(self.comp.consumer)
             .store(self.comp.local, Ordering::Release);
+    }
+
+    /// How many SYNs the program answered for `ip`:`port` (0 if none is
+    /// registered).
+    fn syns_answered_for(&self, ip: Ipv4Addr, port: u16) -> u64 {
+        let key = syn::key(ip, port);
+        let mut entry = [0u8; syn::ENTRY_LEN as usize];
+        let mut attr = Attr::default();
+        attr.put_u32(0, self.syns.as_raw_fd() as u32);
+        attr.put_u64(8, key.as_ptr() as u64);
+        attr.put_u64(16, entry.as_mut_ptr() as u64);
+        if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() {
+            return 0;
+        }
+        let at = syn::E_ANSWERED;
+        u64::from_ne_bytes(entry[at..at + 8].try_into().expect("8 bytes"))
     }
 }
 
@@ -580,10 +613,47 @@ impl Link for AfXdp {
         } else {
             0
         };
+        let answered: u64 = self
+            .answering
+            .iter()
+            .map(|&(ip, port)| self.syns_answered_for(ip, port))
+            .sum();
         LinkStats {
             rx_dropped: self.stats.rx_dropped + kernel,
+            syns_answered: self.syns_answered_before + answered,
             ..self.stats
         }
+    }
+
+    fn answer_syns(&mut self, l: &SynListener) -> io::Result<()> {
+        let at = (l.ip, l.port);
+        if !self.answering.contains(&at) && self.answering.len() >= MAX_SYN_LISTENERS as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("AF_XDP answers the SYNs of at most {MAX_SYN_LISTENERS} listeners"),
+            ));
+        }
+        // A replaced entry's count would restart: kept.
+        self.syns_answered_before += self.syns_answered_for(l.ip, l.port);
+        put_syn_listener(&self.syns, l)?;
+        if !self.answering.contains(&at) {
+            self.answering.push(at);
+        }
+        Ok(())
+    }
+
+    fn stop_answering_syns(&mut self, ip: Ipv4Addr, port: u16) {
+        let Some(i) = self.answering.iter().position(|&a| a == (ip, port)) else {
+            return;
+        };
+        self.answering.swap_remove(i);
+        self.syns_answered_before += self.syns_answered_for(ip, port);
+        let key = syn::key(ip, port);
+        let mut attr = Attr::default();
+        attr.put_u32(0, self.syns.as_raw_fd() as u32);
+        attr.put_u64(8, key.as_ptr() as u64);
+        // Cannot fail for a key that is in the map.
+        let _ = bpf(BPF_MAP_DELETE_ELEM, &mut attr);
     }
 }
 
@@ -624,6 +694,55 @@ fn xskmap(entries: u32) -> io::Result<OwnedFd> {
     sys::owned(bpf(BPF_MAP_CREATE, &mut attr)?)
 }
 
+/// Runs the XDP program a link steering `steer` would attach, with these
+/// listeners' SYNs answered, once over `frame` without attaching it
+/// (`BPF_PROG_TEST_RUN`): returns the action (`XDP_REDIRECT` for an answered SYN,
+/// `XDP_PASS` for the rest, as no socket is in the program's map) and the
+/// frame as the program left it. Needs root.
+pub fn test_run(
+    steer: &[Ipv4Addr],
+    listeners: &[SynListener],
+    frame: &[u8],
+) -> io::Result<(u32, Vec<u8>)> {
+    let (map, syns) = (xskmap(1)?, syn_map()?);
+    for l in listeners {
+        put_syn_listener(&syns, l)?;
+    }
+    let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), steer))?;
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut attr = Attr::default();
+    attr.put_u32(0, prog.as_raw_fd() as u32);
+    attr.put_u32(8, frame.len() as u32);
+    attr.put_u32(12, out.len() as u32);
+    attr.put_u64(16, frame.as_ptr() as u64);
+    attr.put_u64(24, out.as_mut_ptr() as u64);
+    attr.put_u32(32, 1);
+    bpf(BPF_PROG_TEST_RUN, &mut attr)?;
+    let action = u32::from_ne_bytes(attr.0[4..8].try_into().expect("4 bytes"));
+    let len = u32::from_ne_bytes(attr.0[12..16].try_into().expect("4 bytes")) as usize;
+    out.truncate(len);
+    Ok((action, out))
+}
+
+fn put_syn_listener(syns: &OwnedFd, l: &SynListener) -> io::Result<()> {
+    let (key, entry) = (syn::key(l.ip, l.port), syn::entry(l));
+    let mut attr = Attr::default();
+    attr.put_u32(0, syns.as_raw_fd() as u32);
+    attr.put_u64(8, key.as_ptr() as u64);
+    attr.put_u64(16, entry.as_ptr() as u64);
+    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+}
+
+/// The hash map of [`SynListener`]s, by address and port.
+fn syn_map() -> io::Result<OwnedFd> {
+    let mut attr = Attr::default();
+    attr.put_u32(0, BPF_MAP_TYPE_HASH);
+    attr.put_u32(4, syn::KEY_LEN);
+    attr.put_u32(8, syn::ENTRY_LEN);
+    attr.put_u32(12, MAX_SYN_LISTENERS);
+    sys::owned(bpf(BPF_MAP_CREATE, &mut attr)?)
+}
+
 /// One eBPF instruction: opcode, registers, offset, immediate.
 fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
     u64::from(code)
@@ -632,38 +751,63 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
         | u64::from(imm as u32) << 32
 }
 
-// eBPF opcodes used below (class | operation | source).
-const LDX_W: u8 = 0x61;
+// eBPF opcodes used here and in `syn` (class | operation | source).
+const LDX_B: u8 = 0x71;
 const LDX_H: u8 = 0x69;
+const LDX_W: u8 = 0x61;
+const LDX_DW: u8 = 0x79;
+const STX_B: u8 = 0x73;
+const STX_H: u8 = 0x6b;
+const STX_W: u8 = 0x63;
+const STX_DW: u8 = 0x7b;
+const ST_H: u8 = 0x6a;
+const ST_W: u8 = 0x62;
+/// An atomic read-modify-write of a 64-bit word (`imm` 0: add).
+const ATOMIC_DW: u8 = 0xdb;
 const MOV_K: u8 = 0xb7;
 const MOV_X: u8 = 0xbf;
+/// A 32-bit move: keeps the low half and clears the high one.
+const MOV32_X: u8 = 0xbc;
 const ADD_K: u8 = 0x07;
+const ADD_X: u8 = 0x0f;
+const SUB_K: u8 = 0x17;
+const SUB_X: u8 = 0x1f;
+const OR_X: u8 = 0x4f;
+const OR_K: u8 = 0x47;
+const AND_K: u8 = 0x57;
+const XOR_X: u8 = 0xaf;
+const XOR_K: u8 = 0xa7;
+const LSH_K: u8 = 0x67;
+const RSH_K: u8 = 0x77;
+const DIV_K: u8 = 0x37;
+const DIV_X: u8 = 0x3f;
+/// To big-endian (`imm` 16, 32 or 64 bits; the rest cleared).
+const TO_BE: u8 = 0xdc;
 const LD_IMM64: u8 = 0x18;
 const JA: u8 = 0x05;
 const JEQ_K: u8 = 0x15;
 const JNE_K: u8 = 0x55;
+const JGE_K: u8 = 0x35;
+const JLE_K: u8 = 0xb5;
+const JSET_K: u8 = 0x45;
 const JGT_X: u8 = 0x2d;
+const JLE_X: u8 = 0xbd;
 /// A 32-bit compare: an address in the low half of a register against a 32-bit
 /// immediate (the 64-bit one would sign-extend it).
 const JEQ32_K: u8 = 0x16;
 const CALL: u8 = 0x85;
 const EXIT: u8 = 0x95;
+const BPF_PSEUDO_MAP_FD: u8 = 1;
 
-/// Jump targets of the steering program.
+/// A jump target, placed by [`Asm::label`].
 #[derive(Clone, Copy)]
-enum Label {
-    L3,
-    Ipv4,
-    Match,
-    Pass,
-    Redirect,
-}
+struct Label(usize);
 
 /// A program under construction whose forward jumps name labels, patched at the end.
 #[derive(Default)]
 struct Asm {
     code: Vec<u64>,
-    labels: [usize; 5],
+    labels: Vec<usize>,
     jumps: Vec<(usize, Label)>,
 }
 
@@ -672,27 +816,44 @@ impl Asm {
         self.code.push(insn(code, dst, src, off, imm));
     }
 
+    fn new_label(&mut self) -> Label {
+        self.labels.push(usize::MAX);
+        Label(self.labels.len() - 1)
+    }
+
     fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
         self.jumps.push((self.code.len(), to));
         self.op(code, dst, src, 0, imm);
     }
 
     fn label(&mut self, l: Label) {
-        self.labels[l as usize] = self.code.len();
+        self.labels[l.0] = self.code.len();
+    }
+
+    /// `dst = imm` for a 64-bit immediate (two instruction slots).
+    fn ld_imm64(&mut self, dst: u8, imm: u64) {
+        self.op(LD_IMM64, dst, 0, 0, imm as u32 as i32);
+        self.code.push(insn(0, 0, 0, 0, (imm >> 32) as u32 as i32));
+    }
+
+    /// `dst = &map` for the map whose descriptor is `fd`.
+    fn ld_map(&mut self, dst: u8, fd: RawFd) {
+        self.op(LD_IMM64, dst, BPF_PSEUDO_MAP_FD, 0, fd);
+        self.code.push(0);
     }
 
     /// `if (data + len > data_end) goto pass;` with `data` in r2 and `data_end` in r3:
     /// the bounds check the verifier demands before any packet load below `len`.
-    fn need(&mut self, len: i32) {
+    fn need(&mut self, len: i32, pass: Label) {
         self.op(MOV_X, 4, 2, 0, 0);
         self.op(ADD_K, 4, 0, 0, len);
-        self.jump(JGT_X, 4, 3, 0, Label::Pass);
+        self.jump(JGT_X, 4, 3, 0, pass);
     }
 
     fn finish(mut self) -> Vec<u64> {
         for (at, to) in self.jumps {
             // Jump offsets count instructions from the one after the jump.
-            let off = (self.labels[to as usize] - at - 1) as u16;
+            let off = (self.labels[to.0] - at - 1) as u16;
             self.code[at] = self.code[at] & !(0xffff << 16) | u64::from(off) << 16;
         }
         self.code
@@ -714,53 +875,55 @@ fn wire16(v: u16) -> i32 {
 /// Every packet load is aligned to its size once the 2 bytes of `NET_IP_ALIGN` are
 /// counted, as the verifier counts them under strict alignment (hence 16-bit loads
 /// for the ARP check), so architectures without cheap unaligned access take it too.
-fn assemble(xsks: RawFd, steer: &[Ipv4Addr]) -> Vec<u64> {
-    const BPF_PSEUDO_MAP_FD: u8 = 1;
+fn assemble(xsks: RawFd, syns: RawFd, steer: &[Ipv4Addr]) -> Vec<u64> {
     const ETH_HLEN: i32 = 14;
     let mut a = Asm::default();
+    let steering = a.new_label();
+    syn::assemble(&mut a, syns, steering);
+    a.label(steering);
+    let [l3, ipv4, matched, pass, redirect] = [(); 5].map(|()| a.new_label());
     if !steer.is_empty() {
         // r1 = ctx stays for the redirect; r2 = data (moved past a VLAN tag);
         // r3 = data_end; r4 = bound being checked; r5 = field being compared.
         a.op(LDX_W, 2, 1, XDP_MD_DATA, 0);
         a.op(LDX_W, 3, 1, XDP_MD_DATA_END, 0);
-        a.need(ETH_HLEN);
+        a.need(ETH_HLEN, pass);
         a.op(LDX_H, 5, 2, 12, 0); // EtherType
-        a.jump(JNE_K, 5, 0, wire16(0x8100), Label::L3);
+        a.jump(JNE_K, 5, 0, wire16(0x8100), l3);
         // One 802.1Q tag: read on as if the header started 4 bytes later.
         a.op(ADD_K, 2, 0, 0, 4);
-        a.need(ETH_HLEN);
+        a.need(ETH_HLEN, pass);
         a.op(LDX_H, 5, 2, 12, 0);
-        a.label(Label::L3);
-        a.jump(JEQ_K, 5, 0, wire16(0x0800), Label::Ipv4);
-        a.jump(JNE_K, 5, 0, wire16(0x0806), Label::Pass);
+        a.label(l3);
+        a.jump(JEQ_K, 5, 0, wire16(0x0800), ipv4);
+        a.jump(JNE_K, 5, 0, wire16(0x0806), pass);
         // ARP for IPv4 over Ethernet (ptype 0x0800, hlen 6, plen 4): the target
         // protocol address, 24 bytes in.
-        a.need(ETH_HLEN + 28);
+        a.need(ETH_HLEN + 28, pass);
         a.op(LDX_H, 5, 2, ETH_HLEN as i16 + 2, 0);
-        a.jump(JNE_K, 5, 0, wire16(0x0800), Label::Pass);
+        a.jump(JNE_K, 5, 0, wire16(0x0800), pass);
         a.op(LDX_H, 5, 2, ETH_HLEN as i16 + 4, 0);
-        a.jump(JNE_K, 5, 0, wire16(0x0604), Label::Pass);
+        a.jump(JNE_K, 5, 0, wire16(0x0604), pass);
         a.op(LDX_W, 5, 2, ETH_HLEN as i16 + 24, 0);
-        a.jump(JA, 0, 0, 0, Label::Match);
+        a.jump(JA, 0, 0, 0, matched);
         // IPv4: the destination address, 16 bytes into the (option-free part of
         // the) header.
-        a.label(Label::Ipv4);
-        a.need(ETH_HLEN + 20);
+        a.label(ipv4);
+        a.need(ETH_HLEN + 20, pass);
         a.op(LDX_W, 5, 2, ETH_HLEN as i16 + 16, 0);
-        a.label(Label::Match);
+        a.label(matched);
         for addr in steer {
             let imm = u32::from_ne_bytes(addr.octets()) as i32;
-            a.jump(JEQ32_K, 5, 0, imm, Label::Redirect);
+            a.jump(JEQ32_K, 5, 0, imm, redirect);
         }
-        a.label(Label::Pass);
+        a.label(pass);
         a.op(MOV_K, 0, 0, 0, XDP_PASS);
         a.op(EXIT, 0, 0, 0, 0);
     }
     // return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-    a.label(Label::Redirect);
+    a.label(redirect);
     a.op(LDX_W, 2, 1, XDP_MD_RX_QUEUE, 0);
-    a.op(LD_IMM64, 1, BPF_PSEUDO_MAP_FD, 0, xsks); // two slots
-    a.code.push(0);
+    a.ld_map(1, xsks);
     a.op(MOV_K, 3, 0, 0, XDP_PASS); // the fallback action
     a.op(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP);
     a.op(EXIT, 0, 0, 0, 0);
@@ -833,12 +996,12 @@ mod tests {
             println!("skipped: needs root");
             return;
         }
-        let map = xskmap(1).unwrap();
+        let (map, syns) = (xskmap(1).unwrap(), syn_map().unwrap());
         let all: Vec<_> = (1..=MAX_STEER as u8)
             .map(|i| Ipv4Addr::new(10, 77, 0, i))
             .collect();
         for n in 0..=MAX_STEER {
-            load_xdp(&assemble(map.as_raw_fd(), &all[..n])).unwrap();
+            load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &all[..n])).unwrap();
         }
     }
 
