@@ -10,8 +10,9 @@ use exonet::hosts::{in_process_pair, two_hosts, A, B};
 use exonet_mux::Running;
 use exonet_stack::tcp::{syn_ack_shape, syn_cookie_accept, syn_cookie_reply, TcpConfig, TcpState};
 use exonet_stack::{Interest, Poll, Stack, StackConfig, TcpListener, TcpStream, Time, Token};
-use exonet_wire::tcp::{flags, write_options, TcpOption};
-use exonet_wire::{Ipv4Repr, TcpPacket, TcpRepr};
+use exonet_wire::build::tcp_frame;
+use exonet_wire::tcp::{flags, write_options, SynAnswers, TcpOption};
+use exonet_wire::{MacAddr, TcpPacket, TcpRepr};
 
 mod common;
 
@@ -634,42 +635,6 @@ fn a_ping_pong_wakes_the_application_for_what_it_receives_only() {
     );
 }
 
-/// An Ethernet frame with a SYN from `remote` to `local`, carrying these options.
-fn syn_frame(local: SocketAddrV4, remote: SocketAddrV4, isn: u32, options: &[u8]) -> Vec<u8> {
-    let tcp = TcpRepr {
-        src_port: remote.port(),
-        dst_port: local.port(),
-        seq_number: isn,
-        ack_number: 0,
-        flags: flags::SYN,
-        window: 64240,
-        urgent_ptr: 0,
-        options,
-        payload: &[],
-    };
-    let ip = Ipv4Repr {
-        src: *remote.ip(),
-        dst: *local.ip(),
-        protocol: 6,
-        ttl: 64,
-        ident: 9,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-        dscp: 0,
-        ecn: 0,
-        options: &[],
-        payload_len: tcp.buffer_len(),
-    };
-    let mut f = vec![0u8; 34 + tcp.buffer_len()];
-    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-    f[12..14].copy_from_slice(&[8, 0]);
-    ip.emit(&mut f[14..]).unwrap();
-    tcp.emit(&mut f[34..], *remote.ip(), *local.ip()).unwrap();
-    f
-}
-
 fn monotonic() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -699,13 +664,15 @@ fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
     let listener = exonet_link::SynListener {
         ip: *local.ip(),
         port: local.port(),
-        key,
-        epoch,
-        mss: config.mss,
-        window,
-        wscale,
-        sack,
-        ttl: 64,
+        answers: SynAnswers {
+            key,
+            epoch,
+            mss: config.mss,
+            window,
+            wscale,
+            sack,
+            ttl: 64,
+        },
     };
     let mut cases = 0;
     for i in 0..64u32 {
@@ -727,9 +694,20 @@ fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
         } else {
             [mss, nop, ws, sp, ts]
         };
-        let mut options = [0u8; 20];
-        assert_eq!(write_options(&order, &mut options).unwrap(), 20);
-        let frame = syn_frame(local, remote, isn, &options);
+        let frame = tcp_frame(
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            MacAddr([2, 0, 0, 0, 0, 2]),
+            *remote.ip(),
+            *local.ip(),
+            remote.port(),
+            local.port(),
+            flags::SYN,
+            isn,
+            0,
+            &order,
+            &[],
+        );
+        assert_eq!(frame.len(), 74, "20 option bytes");
         let before = Time(monotonic() - epoch);
         let (action, out) =
             exonet_link::afxdp::test_run(&[], std::slice::from_ref(&listener), &frame).unwrap();

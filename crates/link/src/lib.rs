@@ -41,6 +41,8 @@ use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use exonet_wire::tcp::SynAnswers;
+
 /// What a wrapper link does not change, forwarded to its `inner` link.
 /// (Defined before the modules so that they can use it.)
 macro_rules! forward_to_inner {
@@ -138,20 +140,8 @@ pub struct SynListener {
     pub ip: Ipv4Addr,
     /// The listener's port.
     pub port: u16,
-    /// The SipHash key of the listener's cookies and timestamp offsets.
-    pub key: [u8; 16],
-    /// When the listener's clock reads zero, on the monotonic clock (ns).
-    pub epoch: u64,
-    /// The MSS the SYN-ACK offers and the cookie's MSS is clamped to.
-    pub mss: u16,
-    /// The SYN-ACK's window field.
-    pub window: u16,
-    /// The window scale the SYN-ACK offers, if any.
-    pub wscale: Option<u8>,
-    /// Whether the SYN-ACK permits SACK.
-    pub sack: bool,
-    /// The IPv4 TTL of the SYN-ACK.
-    pub ttl: u8,
+    /// How its SYNs are answered.
+    pub answers: SynAnswers,
 }
 
 /// A network link that moves batches of Ethernet frames (no preamble, no FCS).

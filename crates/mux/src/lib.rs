@@ -805,13 +805,7 @@ impl Mux {
         let l = exonet_link::SynListener {
             ip: spec.local_addr,
             port: spec.local_port,
-            key: answers.key,
-            epoch: answers.epoch,
-            mss: answers.mss,
-            window: answers.window,
-            wscale: answers.wscale,
-            sack: answers.sack,
-            ttl: answers.ttl,
+            answers: answers.clone(),
         };
         self.link
             .answer_syns(&l)

@@ -671,6 +671,28 @@ fn data_offset(header_len: usize) -> u8 {
     ((header_len / 4) as u8) << 4
 }
 
+/// How a TCP listener's SYNs are answered below the application, with SYN
+/// cookies the listener's stack takes back: what the stack asks of the
+/// multiplexer (`exonet_shm`'s `AnswerSyns`) and the multiplexer of the link
+/// (`exonet_link::SynListener`, with the listener's address and port).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SynAnswers {
+    /// The SipHash key of the listener's cookies and timestamp offsets.
+    pub key: [u8; 16],
+    /// When the listener's clock reads zero, on the monotonic clock (ns).
+    pub epoch: u64,
+    /// The MSS the SYN-ACK offers.
+    pub mss: u16,
+    /// The SYN-ACK's window field.
+    pub window: u16,
+    /// The window scale the SYN-ACK offers, if any.
+    pub wscale: Option<u8>,
+    /// Whether the SYN-ACK permits SACK.
+    pub sack: bool,
+    /// The IPv4 TTL of the SYN-ACK.
+    pub ttl: u8,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,13 +58,14 @@ pub(super) fn key(ip: Ipv4Addr, port: u16) -> [u8; KEY_LEN as usize] {
 /// The map value, laid out as the program reads it (host order).
 pub(super) fn entry(l: &SynListener) -> [u8; ENTRY_LEN as usize] {
     let mut e = [0u8; ENTRY_LEN as usize];
-    e[..16].copy_from_slice(&l.key);
-    e[16..24].copy_from_slice(&l.epoch.to_ne_bytes());
-    e[32..34].copy_from_slice(&l.mss.to_ne_bytes());
-    e[34..36].copy_from_slice(&l.window.to_ne_bytes());
-    e[36] = l.wscale.unwrap_or(NO_WSCALE);
-    e[37] = u8::from(l.sack);
-    e[38] = l.ttl;
+    let a = &l.answers;
+    e[..16].copy_from_slice(&a.key);
+    e[16..24].copy_from_slice(&a.epoch.to_ne_bytes());
+    e[32..34].copy_from_slice(&a.mss.to_ne_bytes());
+    e[34..36].copy_from_slice(&a.window.to_ne_bytes());
+    e[36] = a.wscale.unwrap_or(NO_WSCALE);
+    e[37] = u8::from(a.sack);
+    e[38] = a.ttl;
     e
 }
 
@@ -483,8 +484,9 @@ fn sip_round(a: &mut Asm) {
 mod tests {
     use super::super::test_run;
     use super::*;
-    use exonet_wire::tcp::{flags, write_options, TcpOption};
-    use exonet_wire::{Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr};
+    use exonet_wire::build::tcp_frame;
+    use exonet_wire::tcp::{flags, SynAnswers, TcpOption};
+    use exonet_wire::{Ipv4Packet, Ipv4Repr, MacAddr, TcpPacket, TcpRepr};
 
     const US: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
     const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -500,52 +502,33 @@ mod tests {
         SynListener {
             ip: US,
             port: 80,
-            key: [7; 16],
-            epoch: 0,
-            mss: 1460,
-            window: 65535,
-            wscale: Some(7),
-            sack: true,
-            ttl: 64,
+            answers: SynAnswers {
+                key: [7; 16],
+                epoch: 0,
+                mss: 1460,
+                window: 65535,
+                wscale: Some(7),
+                sack: true,
+                ttl: 64,
+            },
         }
     }
 
     /// An Ethernet frame from PEER:40000 to US:80 with these TCP options.
     fn segment(tcp_flags: u8, options: &[TcpOption]) -> Vec<u8> {
-        let mut opt = [0u8; 40];
-        let n = write_options(options, &mut opt).unwrap();
-        let tcp = TcpRepr {
-            src_port: 40000,
-            dst_port: 80,
-            seq_number: 0x1234_5678,
-            ack_number: 0,
-            flags: tcp_flags,
-            window: 64240,
-            urgent_ptr: 0,
-            options: &opt[..n],
-            payload: &[],
-        };
-        let ip = Ipv4Repr {
-            src: PEER,
-            dst: US,
-            protocol: 6,
-            ttl: 64,
-            ident: 1,
-            dont_frag: true,
-            more_frags: false,
-            frag_offset: 0,
-            dscp: 0,
-            ecn: 0,
-            options: &[],
-            payload_len: tcp.buffer_len(),
-        };
-        let mut f = vec![0u8; 34 + tcp.buffer_len()];
-        f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
-        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
-        f[12..14].copy_from_slice(&[8, 0]);
-        ip.emit(&mut f[14..]).unwrap();
-        tcp.emit(&mut f[34..], PEER, US).unwrap();
-        f
+        tcp_frame(
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            MacAddr([2, 0, 0, 0, 0, 2]),
+            PEER,
+            US,
+            40000,
+            80,
+            tcp_flags,
+            0x1234_5678,
+            0,
+            options,
+            &[],
+        )
     }
 
     fn linux_syn() -> Vec<u8> {

@@ -132,29 +132,10 @@ pub enum Request {
     },
 }
 
+pub use exonet_wire::tcp::SynAnswers;
+
 /// [`SynAnswers::wscale`] on the wire when the SYN-ACK offers none.
 const NO_WSCALE: u8 = 0xff;
-
-/// How a TCP listener's SYNs are answered below the application, with SYN
-/// cookies the listener's stack takes back (`exonet_link::SynListener` holds
-/// the same, with the address and port the multiplexer adds).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SynAnswers {
-    /// The SipHash key of the listener's cookies and timestamp offsets.
-    pub key: [u8; 16],
-    /// When the listener's clock reads zero, on the monotonic clock (ns).
-    pub epoch: u64,
-    /// The MSS the SYN-ACK offers.
-    pub mss: u16,
-    /// The SYN-ACK's window field.
-    pub window: u16,
-    /// The window scale the SYN-ACK offers, if any.
-    pub wscale: Option<u8>,
-    /// Whether the SYN-ACK permits SACK.
-    pub sack: bool,
-    /// The IPv4 TTL of the SYN-ACK.
-    pub ttl: u8,
-}
 
 /// A handler (ASH) an application installs on one of its channels.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
