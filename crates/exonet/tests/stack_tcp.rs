@@ -656,7 +656,7 @@ fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
         return;
     }
     let config = TcpConfig::default();
-    let (window, wscale, sack) = syn_ack_shape(&config);
+    let (window, wscale, sack) = syn_ack_shape(&config).unwrap();
     let key: [u8; 16] = *b"exonet-xdp-syn!!";
     // An epoch in the past, so that the listener's clock is well past zero.
     let epoch = monotonic() - 3_600_000_000_000;

@@ -314,12 +314,13 @@ impl AfXdp {
 
         // The socket must be bound before it can enter the map.
         let map = xskmap(cfg.queue + 1)?;
-        let mut attr = Attr::default();
-        let (key, value) = (cfg.queue, raw as u32);
-        attr.put_u32(0, map.as_raw_fd() as u32);
-        attr.put_u64(8, &key as *const u32 as u64);
-        attr.put_u64(16, &value as *const u32 as u64);
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr)?;
+        let mut socket = (raw as u32).to_ne_bytes();
+        map_elem(
+            BPF_MAP_UPDATE_ELEM,
+            &map,
+            &cfg.queue.to_ne_bytes(),
+            Some(&mut socket),
+        )?;
         let syns = syn_map()?;
         let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &cfg.steer))?;
         let mut attr = Attr::default();
@@ -413,13 +414,9 @@ impl AfXdp {
     /// How many SYNs the program answered for `ip`:`port` (0 if none is
     /// registered).
     fn syns_answered_for(&self, ip: Ipv4Addr, port: u16) -> u64 {
-        let key = syn::key(ip, port);
         let mut entry = [0u8; syn::ENTRY_LEN as usize];
-        let mut attr = Attr::default();
-        attr.put_u32(0, self.syns.as_raw_fd() as u32);
-        attr.put_u64(8, key.as_ptr() as u64);
-        attr.put_u64(16, entry.as_mut_ptr() as u64);
-        if bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).is_err() {
+        let key = syn::key(ip, port);
+        if map_elem(BPF_MAP_LOOKUP_ELEM, &self.syns, &key, Some(&mut entry)).is_err() {
             return 0;
         }
         let at = syn::E_ANSWERED;
@@ -648,12 +645,8 @@ impl Link for AfXdp {
         };
         self.answering.swap_remove(i);
         self.syns_answered_before += self.syns_answered_for(ip, port);
-        let key = syn::key(ip, port);
-        let mut attr = Attr::default();
-        attr.put_u32(0, self.syns.as_raw_fd() as u32);
-        attr.put_u64(8, key.as_ptr() as u64);
         // Cannot fail for a key that is in the map.
-        let _ = bpf(BPF_MAP_DELETE_ELEM, &mut attr);
+        let _ = map_elem(BPF_MAP_DELETE_ELEM, &self.syns, &syn::key(ip, port), None);
     }
 }
 
@@ -725,12 +718,27 @@ pub fn test_run(
 }
 
 fn put_syn_listener(syns: &OwnedFd, l: &SynListener) -> io::Result<()> {
-    let (key, entry) = (syn::key(l.ip, l.port), syn::entry(l));
+    let mut entry = syn::entry(l);
+    let key = syn::key(l.ip, l.port);
+    map_elem(BPF_MAP_UPDATE_ELEM, syns, &key, Some(&mut entry))
+}
+
+/// A map element command (`BPF_MAP_LOOKUP_ELEM`, `_UPDATE_ELEM`,
+/// `_DELETE_ELEM`) on `map` for `key`, with the value it reads or writes.
+/// The slices are the map's key and value sizes.
+fn map_elem(
+    cmd: libc::c_int,
+    map: &OwnedFd,
+    key: &[u8],
+    value: Option<&mut [u8]>,
+) -> io::Result<()> {
     let mut attr = Attr::default();
-    attr.put_u32(0, syns.as_raw_fd() as u32);
+    attr.put_u32(0, map.as_raw_fd() as u32);
     attr.put_u64(8, key.as_ptr() as u64);
-    attr.put_u64(16, entry.as_ptr() as u64);
-    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+    if let Some(v) = value {
+        attr.put_u64(16, v.as_mut_ptr() as u64);
+    }
+    bpf(cmd, &mut attr).map(drop)
 }
 
 /// The hash map of [`SynListener`]s, by address and port.

@@ -155,19 +155,13 @@ pub(super) fn assemble(a: &mut Asm, syns: RawFd, steer: Label) {
     expect(a, LDX_B, OPT + 6, 3);
     expect(a, LDX_H, OPT + 8, wire16(0x0402));
     expect(a, LDX_H, OPT + 10, wire16(0x080a));
-    a.op(LDX_B, 5, 8, OPT + 7, 0);
-    a.op(STX_DW, 10, 5, S_PEER_WS, 0);
-    a.op(LDX_W, 5, 8, OPT + 12, 0);
-    a.op(STX_DW, 10, 5, S_PEER_TSVAL, 0);
+    peer_options(a, OPT + 7, OPT + 12);
     a.jump(JA, 0, 0, 0, options);
     a.label(linux);
     expect(a, LDX_H, OPT + 6, wire16(0x080a));
     expect(a, LDX_H, OPT + 16, wire16(0x0103));
     expect(a, LDX_B, OPT + 18, 3);
-    a.op(LDX_B, 5, 8, OPT + 19, 0);
-    a.op(STX_DW, 10, 5, S_PEER_WS, 0);
-    a.op(LDX_W, 5, 8, OPT + 8, 0);
-    a.op(STX_DW, 10, 5, S_PEER_TSVAL, 0);
+    peer_options(a, OPT + 19, OPT + 8);
     a.label(options);
     // Both checksums: a corrupted SYN is the stack's to count.
     ip_sum(a);
@@ -190,6 +184,24 @@ pub(super) fn assemble(a: &mut Asm, syns: RawFd, steer: Label) {
     a.label(miss);
     a.op(MOV_X, 1, 6, 0, 0);
     a.jump(JA, 0, 0, 0, steer);
+}
+
+/// Keeps the peer's window scale (the byte at `wscale`) and TSval (the word
+/// at `tsval`, as on the wire) in their stack slots.
+fn peer_options(a: &mut Asm, wscale: i16, tsval: i16) {
+    a.op(LDX_B, 5, 8, wscale, 0);
+    a.op(STX_DW, 10, 5, S_PEER_WS, 0);
+    a.op(LDX_W, 5, 8, tsval, 0);
+    a.op(STX_DW, 10, 5, S_PEER_TSVAL, 0);
+}
+
+/// Swaps the frame's fields at `x` and `y`, loaded with `load` and stored
+/// with `store` (their size).
+fn swap(a: &mut Asm, (load, store): (u8, u8), x: i16, y: i16) {
+    a.op(load, 1, 8, x, 0);
+    a.op(load, 2, 8, y, 0);
+    a.op(store, 8, 2, x, 0);
+    a.op(store, 8, 1, y, 0);
 }
 
 /// Answers the SYN in r8 for the listener whose entry is r7 (the context in
@@ -294,11 +306,9 @@ fn answer(a: &mut Asm) {
     a.op(STX_DW, 10, 0, S_TSVAL, 0);
 
     // The SYN-ACK, in place: addresses and ports swapped.
+    const HALF: (u8, u8) = (LDX_H, STX_H);
     for off in [0, 2, 4] {
-        a.op(LDX_H, 1, 8, off, 0);
-        a.op(LDX_H, 2, 8, off + 6, 0);
-        a.op(STX_H, 8, 2, off, 0);
-        a.op(STX_H, 8, 1, off + 6, 0);
+        swap(a, HALF, off, ETH_SRC + off);
     }
     a.op(ST_H, 8, 0, IP, wire16(0x4500));
     a.op(ST_H, 8, 0, IP_ID, 0);
@@ -306,14 +316,8 @@ fn answer(a: &mut Asm) {
     a.op(LDX_B, 1, 7, E_TTL, 0);
     a.op(STX_B, 8, 1, IP_TTL, 0);
     a.op(ST_H, 8, 0, IP_CSUM, 0);
-    a.op(LDX_W, 1, 8, IP_SRC, 0);
-    a.op(LDX_W, 2, 8, IP_DST, 0);
-    a.op(STX_W, 8, 2, IP_SRC, 0);
-    a.op(STX_W, 8, 1, IP_DST, 0);
-    a.op(LDX_H, 1, 8, SPORT, 0);
-    a.op(LDX_H, 2, 8, DPORT, 0);
-    a.op(STX_H, 8, 2, SPORT, 0);
-    a.op(STX_H, 8, 1, DPORT, 0);
+    swap(a, (LDX_W, STX_W), IP_SRC, IP_DST);
+    swap(a, HALF, SPORT, DPORT);
     // SEG.ACK = the peer's ISN + 1; SEG.SEQ = the cookie.
     a.op(LDX_W, 1, 8, SEQ, 0);
     a.op(TO_BE, 1, 0, 0, 32);

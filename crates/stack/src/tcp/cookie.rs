@@ -193,8 +193,9 @@ pub fn syn_cookie_reply(
 /// What a cookie's SYN-ACK of a listener with `config` says to a SYN that
 /// offers every option (as Linux's does): its window field, the window scale
 /// it offers and whether it permits SACK. A link that answers SYNs for the
-/// listener (`link_syn_cookies`) says the same.
-pub fn syn_ack_shape(config: &TcpConfig) -> (u16, Option<u8>, bool) {
+/// listener (`link_syn_cookies`) says the same. `None` if the listener
+/// would not answer such a SYN.
+pub fn syn_ack_shape(config: &TcpConfig) -> Option<(u16, Option<u8>, bool)> {
     let local = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 1), 1);
     let remote = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 2), 2);
     let mut options = [0u8; 20];
@@ -208,7 +209,7 @@ pub fn syn_ack_shape(config: &TcpConfig) -> (u16, Option<u8>, bool) {
         ],
         &mut options,
     ) else {
-        return (0, None, false);
+        return None;
     };
     let syn = TcpRepr {
         src_port: 2,
@@ -222,7 +223,7 @@ pub fn syn_ack_shape(config: &TcpConfig) -> (u16, Option<u8>, bool) {
         payload: &[],
     };
     let mut seg = [0u8; 60];
-    let shape = syn_cookie_reply(config, &[0; 16], local, remote, &syn, Time::ZERO, &mut seg)
+    syn_cookie_reply(config, &[0; 16], local, remote, &syn, Time::ZERO, &mut seg)
         .and_then(|n| TcpPacket::new_checked(&seg[..n]).ok())
         .map(|p| {
             let reply = TcpRepr {
@@ -234,8 +235,7 @@ pub fn syn_ack_shape(config: &TcpConfig) -> (u16, Option<u8>, bool) {
                 wscale_option(&reply),
                 sack_permitted_option(&reply),
             )
-        });
-    shape.unwrap_or((0, None, false))
+        })
 }
 
 /// The connection, ESTABLISHED, that `ack` makes if it is a bare ACK (FIN and data

@@ -386,18 +386,19 @@ impl Inner {
         let link_answers = config.link_syn_cookies && config.timestamps && {
             let mut c = config.clone();
             clamp_mss(&mut c, self.mtu);
-            let (window, wscale, sack) = syn_ack_shape(&c);
-            let answers = SynAnswers {
-                key: self.tcp.key,
-                epoch: self.epoch,
-                mss: c.mss,
-                window,
-                wscale,
-                sack,
-                ttl: s.ttl,
-            };
-            // A link that cannot leaves the SYNs to the listener, as without.
-            self.control().answer_syns(channel, &answers).is_ok()
+            syn_ack_shape(&c).is_some_and(|(window, wscale, sack)| {
+                let answers = SynAnswers {
+                    key: self.tcp.key,
+                    epoch: self.epoch,
+                    mss: c.mss,
+                    window,
+                    wscale,
+                    sack,
+                    ttl: s.ttl,
+                };
+                // A link that cannot leaves the SYNs to the listener, as without.
+                self.control().answer_syns(channel, &answers).is_ok()
+            })
         };
         s.tcp = Some(TcpSock::Listener(Box::new(Listener {
             ready: VecDeque::new(),
