@@ -22,6 +22,14 @@ fn stack(d: &Running) -> Stack {
     Stack::open(d.socket()).unwrap()
 }
 
+/// A counter of the one endpoint the daemon `d` serves.
+fn endpoint_stat(d: &Running, name: &str) -> u64 {
+    let mut c = exonet_shm::control::Client::connect(d.socket()).unwrap();
+    let stats = c.stats().unwrap();
+    let ep = stats.iter().find(|r| r.kind == "endpoint").unwrap();
+    ep.get(name).unwrap()
+}
+
 fn pattern(len: usize, salt: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8 ^ salt)
@@ -101,6 +109,9 @@ fn bulk_echo_over_daemons() {
         assert!(s.tx.referenced > 700, "{s:#?}");
         assert_eq!(s.tcp.send_slots, 0, "{s:#?}");
     }
+    // The client half-closed and went on reading: its channel never went
+    // quiet, or the echo would have waited for its timers.
+    assert_eq!(endpoint_stat(&h.a, "rx_quiet"), 0);
 }
 
 #[test]
@@ -143,7 +154,10 @@ fn bulk_echo_in_process() {
 /// connect after the second finds its channel bound ahead, and a server's
 /// connection is accepted before its own channel's bind is answered. The
 /// daemons follow every connection all the same: the server closed each
-/// first, and its daemon holds their TIME-WAITs once they go.
+/// first, and its daemon holds their TIME-WAITs once they go. The client's
+/// channel went quiet with its FIN (the socket closed): the server's last
+/// ACK waited for a wake-up instead of causing one, and still ended the
+/// connection.
 #[test]
 fn repeated_connections_bind_ahead_and_are_followed_by_the_daemons() {
     const N: usize = 12;
@@ -209,6 +223,14 @@ fn repeated_connections_bind_ahead_and_are_followed_by_the_daemons() {
         last,
         (0, N as u64),
         "(client channels to 8080, server TIME-WAITs held)"
+    );
+    // At least the server's ACK of each FIN came quietly to the client. (The
+    // server's channel goes quiet only if its bind was answered before the
+    // server closed: a FIN on the listener's channel quiets nothing.)
+    let quiet = endpoint_stat(&h.a, "rx_quiet");
+    assert!(
+        quiet >= N as u64,
+        "{quiet} quiet frames for {N} connections"
     );
 }
 

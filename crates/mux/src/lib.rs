@@ -339,6 +339,9 @@ pub struct EndpointStats {
     /// and because its transmitted frames were taken.
     pub rx_upcalls: u64,
     pub tx_upcalls: u64,
+    /// Frames delivered on quiet channels ([`Desc::QUIET`]): they wake
+    /// nobody.
+    pub rx_quiet: u64,
     /// Received frames dropped: no buffer on the free ring.
     pub rx_no_buffer: u64,
     /// Received frames dropped: rx ring full.
@@ -415,6 +418,7 @@ impl EndpointStats {
             ("rx_consumed", self.rx_consumed),
             ("rx_upcalls", self.rx_upcalls),
             ("tx_upcalls", self.tx_upcalls),
+            ("rx_quiet", self.rx_quiet),
             ("rx_no_buffer", self.rx_no_buffer),
             ("rx_ring_full", self.rx_ring_full),
             ("rx_too_long", self.rx_too_long),
@@ -561,6 +565,8 @@ struct Endpoint {
     tx_stalled: Option<u32>,
     /// Entries written on rx in this batch, published at its end.
     rx_pending: u32,
+    /// Of those, entries of channels that are not quiet.
+    rx_eager: u32,
     /// Entries taken from free in this batch, given back at its end.
     free_taken: u32,
     /// Its handlers' fuel in this period.
@@ -605,6 +611,8 @@ struct Channel {
     conn: Option<ConnTrack>,
     /// The link answers this listener's SYNs ([`Mux::answer_syns`]).
     syn_answers: bool,
+    /// Its frames wake nobody ([`Desc::QUIET`]).
+    quiet: bool,
 }
 
 /// What delivering to a channel takes of the multiplexer, borrowed field by
@@ -752,6 +760,7 @@ impl Mux {
                 tx_skip: false,
                 tx_stalled: None,
                 rx_pending: 0,
+                rx_eager: 0,
                 free_taken: 0,
                 budget: Budget::default(),
             },
@@ -992,6 +1001,7 @@ impl Mux {
                 frags,
                 conn,
                 syn_answers: false,
+                quiet: false,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {
@@ -1756,7 +1766,7 @@ fn to_channel<'e>(
             }
             HandlerVerdict::Deliver => {
                 let t = cycles::now();
-                if !deliver(e, chan, f, free_retries) {
+                if !deliver(e, chan, f, free_retries, ch.quiet) {
                     ch.stats.rx_dropped += 1;
                 }
                 copy += cycles::now().saturating_sub(t);
@@ -1809,9 +1819,9 @@ fn run_handler(
     verdict
 }
 
-/// Delivers one frame to an endpoint's rx ring; false if it was dropped
-/// (counted in the endpoint's stats).
-fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> bool {
+/// Delivers one frame to an endpoint's rx ring, on a `quiet` channel or
+/// not; false if it was dropped (counted in the endpoint's stats).
+fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32, quiet: bool) -> bool {
     // The rings move once per batch ([`Endpoint::publish`]): entries are
     // written past the ones already pending, and the indices stay put.
     let ep = &mut e.ep;
@@ -1875,6 +1885,11 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> b
             .write(slot, Desc::buffer(offset, frame.len() as u32, channel));
     }
     e.rx_pending += 1;
+    if quiet {
+        e.stats.rx_quiet += 1;
+    } else {
+        e.rx_eager += 1;
+    }
     e.stats.rx_frames += 1;
     e.stats.rx_bytes += frame.len() as u64;
     true
@@ -1882,7 +1897,8 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32) -> b
 
 impl Endpoint {
     /// Ends a receive batch: publishes the rx entries written, gives back
-    /// the free entries taken, and wakes the application if it asked.
+    /// the free entries taken, and wakes the application if it asked and
+    /// some entry is not a quiet channel's.
     fn publish(&mut self) -> bool {
         // Peek and reserve again: a later frame of the batch may have found
         // a ring empty or full and shrunk the grant; what was granted before
@@ -1896,13 +1912,18 @@ impl Endpoint {
             }
         }
         let rx = std::mem::take(&mut self.rx_pending);
+        let eager = std::mem::take(&mut self.rx_eager) > 0;
         if rx > 0 {
             match self.ep.rx.reserve(rx) {
                 Ok(n) if n == rx => {
                     self.ep.rx.submit(rx);
                     // A failed ring leaves the application to find the
                     // frames when it next polls; nothing else is at stake.
-                    let woke = self.ep.upcall.notify_rx(&self.ep.rx).unwrap_or(false);
+                    let woke = self
+                        .ep
+                        .upcall
+                        .notify_rx_if(&self.ep.rx, eager)
+                        .unwrap_or(false);
                     self.stats.rx_upcalls += u64::from(woke);
                     return woke;
                 }
@@ -2254,6 +2275,7 @@ fn tx_turn(
                         }
                         ch.stats.tx_frames += 1;
                         ch.stats.tx_bytes += len as u64;
+                        ch.quiet |= f.head().is_quiet();
                         let tcp = ch.spec.is_some_and(|s| s.proto == Proto::Tcp);
                         match &mut ch.conn {
                             Some(conn) => {

@@ -327,3 +327,61 @@ fn signalling_a_sleeping_application_is_reported_once() {
     app.wake.end_sleep();
     assert_eq!(drain_rx(&mut app).len(), 2);
 }
+
+/// A channel is quiet once its application sent a frame with `QUIET` that
+/// passed the template: its received frames go on the rx ring without
+/// waking the sleeping application, whose other channels still wake it. A
+/// frame that failed the template, or went on another endpoint's channel,
+/// quiets nothing.
+#[test]
+fn a_quiet_channels_frames_do_not_wake_the_application() {
+    let (mut mux, mut wire) = mux();
+    let (a, mut app, _) = endpoint(&mut mux, 16, false);
+    let (b, other, _) = endpoint(&mut mux, 16, false);
+    let (quiet, _) = mux.bind_socket(a, spec(5000)).unwrap();
+    let (loud, _) = mux.bind_socket(a, spec(5001)).unwrap();
+    let (theirs, _) = mux.bind_socket(b, spec(6000)).unwrap();
+    let quietly = |app: &mut exonet_shm::AppEndpoint, ch: u32, frame: &[u8]| {
+        assert!(app.tx.push_inline_with(ch, frame, Desc::QUIET).unwrap());
+    };
+    // Refused by the template (another port), and sent on B's channel: A's
+    // channel stays loud, and so does B's.
+    quietly(&mut app, quiet.0, &udp_from(5999, b"wrong port"));
+    quietly(&mut app, theirs.0, &udp_from(6000, b"not mine"));
+    mux.poll().unwrap();
+    assert!(drain_wire(&mut wire).is_empty());
+    app.wake.announce_sleep();
+    other.wake.announce_sleep();
+    wire.send_batch(&[&udp_to(5000, b"a"), &udp_to(6000, b"b")])
+        .unwrap();
+    mux.poll().unwrap();
+    assert!(mux.take_woken());
+    let upcalls = |mux: &exonet_mux::Mux, id| {
+        let s = mux.endpoint_stats(id).unwrap();
+        (s.rx_upcalls, s.rx_quiet)
+    };
+    assert_eq!((upcalls(&mux, a), upcalls(&mux, b)), ((1, 0), (1, 0)));
+    app.wake.end_sleep();
+    assert_eq!(drain_rx(&mut app).len(), 1);
+    // A frame that fits: the channel is quiet from now on.
+    quietly(&mut app, quiet.0, &udp_from(5000, b"last words"));
+    mux.poll().unwrap();
+    assert_eq!(drain_wire(&mut wire).len(), 1);
+    app.wake.announce_sleep();
+    wire.send_batch(&[&udp_to(5000, b"late ack"), &udp_to(5000, b"fin")])
+        .unwrap();
+    mux.poll().unwrap();
+    assert!(!mux.take_woken(), "a quiet channel woke its application");
+    assert_eq!(upcalls(&mux, a), (1, 2));
+    // In a batch with a loud channel's frame, the application is woken, and
+    // finds both channels' frames.
+    wire.send_batch(&[&udp_to(5000, b"quiet"), &udp_to(5001, b"loud")])
+        .unwrap();
+    mux.poll().unwrap();
+    assert!(mux.take_woken());
+    assert_eq!(upcalls(&mux, a), (2, 3));
+    app.wake.end_sleep();
+    let got: Vec<u32> = drain_rx(&mut app).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(got, vec![quiet.0, quiet.0, quiet.0, loud.0]);
+    other.wake.end_sleep();
+}

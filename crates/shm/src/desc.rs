@@ -75,8 +75,8 @@ pub struct Desc {
     /// The channel (U-Net's channel tag) the frame belongs to, as given by
     /// the multiplexer when the channel was bound.
     pub channel: u32,
-    /// [`Desc::INLINE`], [`Desc::REJECTED`], [`Desc::MORE`], [`Desc::CHAIN`];
-    /// other bits must be zero.
+    /// [`Desc::INLINE`], [`Desc::REJECTED`], [`Desc::MORE`], [`Desc::CHAIN`],
+    /// [`Desc::QUIET`]; other bits must be zero.
     pub flags: u32,
 }
 
@@ -110,8 +110,18 @@ impl Desc {
     /// completion. Completions come in tx ring order. A one-part frame is
     /// completed as before: its buffer if it has one, nothing if inline.
     pub const CHAIN: u32 = 1 << 3;
+    /// On tx only, on a frame's first descriptor: from this frame on, frames
+    /// received on its channel go on the rx ring without waking the
+    /// application (no "non-empty" upcall; the "almost full" one stays). It
+    /// lasts as long as the channel. For a connection of which only the end
+    /// is left to hear, so that its last ACKs and FIN wait for the
+    /// application's next wake-up instead of causing one; set only by a
+    /// frame the channel's template passed, so it concerns the sender's
+    /// own channels only. Ignored on rx, free and completion.
+    pub const QUIET: u32 = 1 << 4;
     /// All flags this version knows; a descriptor with others is invalid.
-    pub const KNOWN_FLAGS: u32 = Self::INLINE | Self::REJECTED | Self::MORE | Self::CHAIN;
+    pub const KNOWN_FLAGS: u32 =
+        Self::INLINE | Self::REJECTED | Self::MORE | Self::CHAIN | Self::QUIET;
 
     /// A frame of `len` bytes at `offset` in a buffer, on `channel`.
     pub fn buffer(offset: u32, len: u32, channel: u32) -> Desc {
@@ -136,6 +146,11 @@ impl Desc {
     /// Whether this completion completes a chain.
     pub fn is_chain(&self) -> bool {
         self.flags & Self::CHAIN != 0
+    }
+
+    /// Whether this tx frame makes its channel quiet.
+    pub fn is_quiet(&self) -> bool {
+        self.flags & Self::QUIET != 0
     }
 }
 

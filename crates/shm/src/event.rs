@@ -431,10 +431,18 @@ impl Notifier {
     /// just filled up to its almost-full threshold, unless its upcalls are
     /// off. Meant to be called once per batch. Returns whether it signalled.
     pub fn notify_rx(&mut self, rx: &Producer) -> io::Result<bool> {
+        self.notify_rx_if(rx, true)
+    }
+
+    /// [`notify_rx`](Self::notify_rx) after a batch that may hold only
+    /// entries of quiet channels ([`crate::Desc::QUIET`]): unless `eager`,
+    /// a sleeping application is not signalled, only one whose rx ring just
+    /// filled up to its almost-full threshold.
+    pub fn notify_rx_if(&mut self, rx: &Producer, eager: bool) -> io::Result<bool> {
         let wake = self
             .word
             .get()
-            .wants_rx_upcall(|| rx.outstanding(), &mut self.above);
+            .wants_rx_upcall(|| rx.outstanding(), &mut self.above, eager);
         self.signal_if(wake)
     }
 

@@ -193,7 +193,7 @@ fn loom_rx_upcall_not_lost() {
         let waker = thread::spawn(move || {
             push_spin(&mut p, desc(0));
             let mut above = false;
-            let wake = w.wants_rx_upcall(|| p.outstanding(), &mut above);
+            let wake = w.wants_rx_upcall(|| p.outstanding(), &mut above, true);
             assert!(!above);
             wake
         });
@@ -216,7 +216,7 @@ fn loom_upcalls_reenabled_not_lost() {
         let waker = thread::spawn(move || {
             push_spin(&mut p, desc(0));
             let mut above = false;
-            w.wants_rx_upcall(|| p.outstanding(), &mut above)
+            w.wants_rx_upcall(|| p.outstanding(), &mut above, true)
         });
         let self_signal = word.set_upcalls(true) && c.has_pending();
         let signalled = waker.join().unwrap();

@@ -392,6 +392,17 @@ impl Producer {
 
     /// Pushes one inline frame; `Ok(false)` if the ring is full.
     pub fn push_inline(&mut self, channel: u32, data: &[u8]) -> Result<bool, RingError> {
+        self.push_inline_with(channel, data, 0)
+    }
+
+    /// [`push_inline`](Self::push_inline) with `flags` besides
+    /// [`Desc::INLINE`] (such as [`Desc::QUIET`]).
+    pub fn push_inline_with(
+        &mut self,
+        channel: u32,
+        data: &[u8],
+        flags: u32,
+    ) -> Result<bool, RingError> {
         if !self.has_inline() {
             return Err(RingError::NoInlineSlots);
         }
@@ -401,7 +412,7 @@ impl Producer {
         if self.reserve(1)? == 0 {
             return Ok(false);
         }
-        self.write_inline(0, channel, data)?;
+        self.write_inline_flags(0, channel, data, flags)?;
         self.submit(1);
         Ok(true)
     }
@@ -411,6 +422,17 @@ impl Producer {
     /// the consumer sees the whole chain or none of it. `Ok(false)` if the
     /// ring has no room for all the parts (nothing is pushed then).
     pub fn push_chain(&mut self, channel: u32, parts: &[Part<'_>]) -> Result<bool, RingError> {
+        self.push_chain_with(channel, parts, 0)
+    }
+
+    /// [`push_chain`](Self::push_chain) with `flags` on the head (such as
+    /// [`Desc::QUIET`]).
+    pub fn push_chain_with(
+        &mut self,
+        channel: u32,
+        parts: &[Part<'_>],
+        flags: u32,
+    ) -> Result<bool, RingError> {
         let bad = RingError::BadChain { parts: parts.len() };
         if parts.is_empty() || parts.len() > MAX_PARTS {
             return Err(bad);
@@ -433,6 +455,7 @@ impl Producer {
         }
         for (i, part) in (0..).zip(parts) {
             let more = if i + 1 < n { Desc::MORE } else { 0 };
+            let more = if i == 0 { more | flags } else { more };
             match *part {
                 Part::Inline(data) => self.write_inline_flags(i, channel, data, more)?,
                 Part::Area { offset, len } => self.write(

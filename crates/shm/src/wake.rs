@@ -110,7 +110,8 @@ impl WakeWord {
     }
 
     /// Waker, after publishing rx entries: must the owner be signalled,
-    /// because it sleeps or because its rx ring just crossed the almost-full
+    /// because it sleeps (and some entry is `eager`, not on a quiet
+    /// channel) or because its rx ring just crossed the almost-full
     /// threshold? `outstanding` counts the rx entries not yet consumed; it is
     /// only asked for when the threshold is armed. `above` is the waker's
     /// private memory of the last crossing, so that a ring that stays full
@@ -119,6 +120,7 @@ impl WakeWord {
         &self,
         outstanding: impl FnOnce() -> u32,
         above: &mut bool,
+        eager: bool,
     ) -> bool {
         fence(Ordering::SeqCst);
         let flags = self.flags.load(Ordering::Relaxed);
@@ -131,7 +133,7 @@ impl WakeWord {
             crossed = now_above && !*above;
             *above = now_above;
         }
-        crossed || flags & Self::SLEEPING != 0
+        crossed || (eager && flags & Self::SLEEPING != 0)
     }
 
     /// Switches upcalls on (then fences) or off. Returns whether, after

@@ -125,6 +125,7 @@ fn c_header_layout_matches_rust() {
         ("DESC_REJECTED", Desc::REJECTED as u64),
         ("DESC_MORE", Desc::MORE as u64),
         ("DESC_CHAIN", Desc::CHAIN as u64),
+        ("DESC_QUIET", Desc::QUIET as u64),
         ("MAX_PARTS", MAX_PARTS as u64),
         ("WAKE_SLEEPING", WakeWord::SLEEPING as u64),
         ("WAKE_UPCALLS_OFF", WakeWord::UPCALLS_OFF as u64),

@@ -1914,6 +1914,18 @@ impl Connection {
         }
     }
 
+    /// Only the connection's end is left to hear: our FIN is sent, with at
+    /// most one segment of data unacknowledged before it. Nothing the peer
+    /// sends can then start a recovery (duplicate ACKs need more segments in
+    /// flight, RFC 5681 §3.2), so how soon it is looked at changes only how
+    /// soon the connection's state goes; a lost FIN or segment is the
+    /// retransmission timer's anyway.
+    pub fn winding_down(&self) -> bool {
+        let fin_sent =
+            self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
+        fin_sent && self.snd_max.distance_from(self.snd_una) <= self.send_mss() as u32 + 1
+    }
+
     /// Our FIN was sent and acknowledged.
     fn fin_acked(&self) -> bool {
         self.fin_queued && self.snd_una == self.send_base + self.send_buf.len() as u32 + 1

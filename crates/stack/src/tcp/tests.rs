@@ -3536,3 +3536,42 @@ fn hystart_without_timestamps_samples_rtt_from_rack() {
         assert!(with.queue_drops * 10 < without.queue_drops, "{counts}");
     }
 }
+
+/// `winding_down` (what lets a closed socket's channel go quiet) holds once
+/// the FIN is sent with at most one segment of data unacknowledged before
+/// it: at once for a short answer and its FIN, only at the end for a bulk.
+#[test]
+fn winding_down_waits_for_the_fin_and_a_short_flight() {
+    let mut n = established_pair(fast_config(), fast_config());
+    n.apps[0].out = pattern(100, 3);
+    n.apps[0].close_when_written = true;
+    n.run_apps();
+    n.flush();
+    assert_eq!(n.state(0), TcpState::FinWait1);
+    assert!(n.conn(0).winding_down(), "a short answer and its FIN");
+    assert!(!n.conn(1).winding_down(), "the peer sent no FIN");
+    assert!(n.run_until(at(secs(5)), |n| n.state(1) == TcpState::CloseWait));
+
+    let mut n = established_pair(fast_config(), fast_config());
+    n.apps[0].out = pattern(40_000, 4);
+    n.apps[0].close_when_written = true;
+    let mss = n.conn(0).send_mss() as u32;
+    let (long, short) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    assert!(n.run_until(at(secs(10)), |n| {
+        let c = n.conn(0);
+        let (_, una, max, _, _) = c.view();
+        let fin_sent = n
+            .log
+            .iter()
+            .any(|s| s.from == 0 && s.flags & flags::FIN != 0);
+        let flight = max.wrapping_sub(una);
+        assert_eq!(c.winding_down(), fin_sent && flight <= mss + 1, "{flight}");
+        if fin_sent {
+            let seen = if flight > mss + 1 { &long } else { &short };
+            seen.set(seen.get() + 1);
+        }
+        n.state(0) == TcpState::FinWait2
+    }));
+    // The FIN went with a long flight before it, which shrank to the end.
+    assert!(long.get() > 0 && short.get() > 0, "{long:?} {short:?}");
+}

@@ -180,6 +180,21 @@ impl Conn {
         }
     }
 
+    /// The descriptor flags of its next segment: [`Desc::QUIET`] once the
+    /// application has closed it, it sends on a channel of its own, and only
+    /// its end is left to hear ([`Connection::winding_down`]). Its last ACKs
+    /// and FIN then wait in the rx ring for the application's next wake-up
+    /// (its timers bound when) instead of waking it.
+    fn tx_flags(&self) -> u32 {
+        let quiet =
+            self.orphan && self.listener.is_none() && !self.promoting && self.conn.winding_down();
+        if quiet {
+            Desc::QUIET
+        } else {
+            0
+        }
+    }
+
     pub fn readable(&self) -> bool {
         self.conn.recv_queue_len() > 0
             || self.conn.recv_finished()
@@ -1358,6 +1373,7 @@ impl Inner {
                 self.tx_pool.push(b);
                 break;
             };
+            let flags = c.tx_flags();
             if self.tcp_headers(buf, &route, n).is_err() {
                 self.tx_pool.push(b);
                 break;
@@ -1375,9 +1391,12 @@ impl Inner {
                 self.inline[..len].copy_from_slice(&buf[..len]);
                 self.tx_pool.push(b);
                 self.tx_stats.inline += 1;
-                self.tx.push_inline(channel, &self.inline[..len])
+                self.tx
+                    .push_inline_with(channel, &self.inline[..len], flags)
             } else {
-                let r = self.tx.push(Desc::buffer(b, len as u32, channel));
+                let mut d = Desc::buffer(b, len as u32, channel);
+                d.flags = flags;
+                let r = self.tx.push(d);
                 if !matches!(r, Ok(true)) {
                     self.tx_pool.push(b);
                 }
@@ -1425,7 +1444,7 @@ impl Inner {
             else {
                 break;
             };
-            let slot = c.slot;
+            let (slot, flags) = (c.slot, c.tx_flags());
             let data = pieces.map_or(0, |p| p.len());
             self.tcp_headers(&mut head, r, n + data)
                 .expect("a header of a segment cut to the path MTU");
@@ -1454,7 +1473,7 @@ impl Inner {
             let res = match pieces {
                 None => {
                     self.tx_stats.inline += 1;
-                    self.tx.push_inline(r.channel, &head[..len])
+                    self.tx.push_inline_with(r.channel, &head[..len], flags)
                 }
                 Some(p) => {
                     let mut parts = [Part::Inline(&head[..len]); 3];
@@ -1463,7 +1482,7 @@ impl Inner {
                         parts[k] = Part::Area { offset, len };
                         k += 1;
                     }
-                    self.tx.push_chain(r.channel, &parts[..k])
+                    self.tx.push_chain_with(r.channel, &parts[..k], flags)
                 }
             };
             match res {
