@@ -234,6 +234,49 @@ fn repeated_connections_bind_ahead_and_are_followed_by_the_daemons() {
     );
 }
 
+/// A server that closed first and then sleeps in `accept` acknowledges the
+/// client's late FIN at once: its channel went quiet with its own FIN, so
+/// the client's ACK of that wakes nobody, but the client's FIN does. (An
+/// orphan in FIN-WAIT-2 has no timer, and the client's probe of its FIN
+/// would go into the same quiet channel.)
+#[test]
+fn a_sleeping_server_acknowledges_a_late_fin_on_its_quiet_channel() {
+    let h = two_hosts("tcp-quiet").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let l = TcpListener::bind(&sb, (B, 8060)).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        // Time for the connection's own channel to be bound: a FIN sent on
+        // the listener's channel quiets nothing.
+        thread::sleep(Duration::from_millis(100));
+        s.write_all(b"bye").unwrap();
+        drop(s);
+        // Asleep in the stack until the next connection.
+        drop(l.accept().unwrap());
+    });
+    let mut c = TcpStream::connect_timeout(&sa, (B, 8060), Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(T).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye");
+    thread::sleep(Duration::from_millis(100));
+    drop(c);
+    for _ in 0..250 {
+        if sa.stats().tcp.open == 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let a = sa.stats();
+    assert_eq!(a.tcp.open, 0, "the client is still in LAST-ACK: {a:#?}");
+    // Acknowledged before the client's tail loss probe sent the FIN again.
+    assert_eq!(a.tcp.retransmitted, 0, "{a:#?}");
+    let quiet = endpoint_stat(&h.b, "rx_quiet");
+    assert!(quiet >= 1, "{quiet}: the ACK of the server's FIN");
+    drop(TcpStream::connect_timeout(&sa, (B, 8060), Duration::from_secs(5)).unwrap());
+    server.join().unwrap();
+}
+
 #[test]
 fn refused_and_reset() {
     let h = two_hosts("tcp-refused").unwrap();

@@ -165,6 +165,17 @@ pub(crate) enum Fate {
     TimeWait(Hold),
 }
 
+/// What [`ConnTrack::on_received`] made of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received {
+    /// Not a segment it could read.
+    Malformed,
+    /// A segment, or a fragment (which it does not read).
+    Segment,
+    /// A segment with the peer's FIN, whose ACK the peer may be waiting for.
+    Fin,
+}
+
 impl ConnTrack {
     /// A segment the application sent (template checked, taken by the
     /// link). False if it could not be read.
@@ -198,18 +209,17 @@ impl ConnTrack {
     }
 
     /// A segment the channel's filter took from the network, at `now`.
-    /// False if it could not be read.
-    pub fn on_received(&mut self, frame: &[u8], now: Instant) -> bool {
+    pub fn on_received(&mut self, frame: &[u8], now: Instant) -> Received {
         let s = match read(frame) {
             Read::Seg(s) => s,
-            Read::Fragment => return true,
-            Read::Malformed => return false,
+            Read::Fragment => return Received::Segment,
+            Read::Malformed => return Received::Malformed,
         };
         if s.has(flags::RST) {
             // RFC 5961 §3.2: only a RST at exactly RCV.NXT resets; any other
             // draws a challenge ACK from the library.
             self.reset |= self.ack == Some(s.seq);
-            return true;
+            return Received::Segment;
         }
         let acceptable = self.sent && !after(s.ack, self.snd_max);
         if s.has(flags::ACK) && acceptable && self.peer_ack.is_none_or(|a| after(s.ack, a)) {
@@ -226,8 +236,9 @@ impl ConnTrack {
         if s.has(flags::FIN) {
             self.peer_fin = Some((s.fin_seq(), now));
             self.peer_fin_acked = false;
+            return Received::Fin;
         }
-        true
+        Received::Segment
     }
 
     /// What to do now that the channel goes, at `now`, TIME-WAIT lasting
@@ -645,7 +656,10 @@ mod tests {
     fn established(t0: Instant) -> ConnTrack {
         let mut c = ConnTrack::default();
         assert!(c.on_sent(&out(flags::SYN, 1000, 0, &[])));
-        assert!(c.on_received(&inn(flags::SYN | flags::ACK, 5000, 1001, &[]), t0));
+        assert_eq!(
+            c.on_received(&inn(flags::SYN | flags::ACK, 5000, 1001, &[]), t0),
+            Received::Segment
+        );
         assert!(c.on_sent(&out(flags::ACK, 1001, 5001, &[])));
         c
     }
@@ -693,7 +707,10 @@ mod tests {
         c.on_sent(&out(flags::ACK | flags::FIN, 1001, 5001, &[]));
         c.on_received(&inn(flags::ACK, 5001, 1002, &[]), t0);
         assert!(matches!(c.fate(t0, TW), Fate::Reset { seq: 1002, .. }));
-        c.on_received(&inn(flags::ACK | flags::FIN, 5001, 1002, &[]), t0);
+        assert_eq!(
+            c.on_received(&inn(flags::ACK | flags::FIN, 5001, 1002, &[]), t0),
+            Received::Fin
+        );
         // The FIN not yet acknowledged by us: still abandoned.
         assert!(matches!(c.fate(t0, TW), Fate::Reset { .. }));
         c.on_sent(&out(flags::ACK, 1002, 5002, &[]));
@@ -724,7 +741,8 @@ mod tests {
         let mut c = established(t0);
         let good = out(flags::ACK, 1001, 5001, b"abc");
         for cut in 0..good.len() - 3 {
-            assert!(!c.on_sent(&good[..cut]) && !c.on_received(&good[..cut], t0));
+            assert!(!c.on_sent(&good[..cut]));
+            assert_eq!(c.on_received(&good[..cut], t0), Received::Malformed);
         }
         let mut bad = good.clone();
         bad[14 + 20 + 12] = 0x20; // data offset 2 words

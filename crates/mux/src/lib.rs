@@ -83,7 +83,7 @@ pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::{Template, TemplateField};
 
-use conn::{ConnTrack, Fate, Followed, Hold, TimeWaits, Tuple};
+use conn::{ConnTrack, Fate, Followed, Hold, Received, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
 use exonet_shm::control::{HandlerSpec, SynAnswers};
 use frag::To;
@@ -1741,14 +1741,18 @@ fn to_channel<'e>(
     for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
-        let read = match &mut ch.conn {
+        let seen = match &mut ch.conn {
             Some(conn) => conn.on_received(f, now),
             None => {
                 followed.on_received(ch.endpoint.0, f, now);
-                true
+                Received::Segment
             }
         };
-        ch.stats.tcp_malformed += u64::from(!read);
+        ch.stats.tcp_malformed += u64::from(seen == Received::Malformed);
+        // The peer's FIN wakes even a quiet channel's application: the peer
+        // waits for its ACK, and would send it again (a tail loss probe comes
+        // within two round trips) if that waited for a wake-up.
+        let quiet = ch.quiet && seen != Received::Fin;
         let verdict = match &mut ch.handler {
             Some(h) if e.budget.allows(now, limits) => {
                 run_handler(&mut **h, f, chan, e, &mut ch.stats, hx)
@@ -1766,7 +1770,7 @@ fn to_channel<'e>(
             }
             HandlerVerdict::Deliver => {
                 let t = cycles::now();
-                if !deliver(e, chan, f, free_retries, ch.quiet) {
+                if !deliver(e, chan, f, free_retries, quiet) {
                     ch.stats.rx_dropped += 1;
                 }
                 copy += cycles::now().saturating_sub(t);

@@ -12,7 +12,7 @@ use etherparse::{Ipv4HeaderSlice, TcpSlice};
 use exonet_link::memwire::MemWire;
 use exonet_link::Link;
 use exonet_mux::{ChannelId, ChannelSpec, EndpointId, Mux, MuxConfig, MuxError, Proto};
-use exonet_shm::AppEndpoint;
+use exonet_shm::{AppEndpoint, Desc};
 use exonet_wire::build;
 use exonet_wire::tcp::flags::{ACK, FIN, RST, SYN};
 use exonet_wire::tcp::TcpOption;
@@ -965,4 +965,53 @@ fn the_link_answers_a_listeners_syns_while_its_channel_lives() {
         plain.answer_syns(l, &answers),
         Err(MuxError::Link(_))
     ));
+}
+
+/// A connection channel quieted by the application's FIN: the peer's ACK of
+/// it goes on the rx ring without waking the sleeping application; the
+/// peer's FIN wakes it, since the peer waits for its ACK.
+#[test]
+fn a_quiet_connection_channel_is_woken_by_the_peers_fin_only() {
+    let mut n = Net::new(MuxConfig::default());
+    let (mut a, ch, port) = n.established_app();
+    let fin = build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        port,
+        PEER_PORT,
+        FIN | ACK,
+        ISS + 6,
+        IRS + 4,
+        &[],
+        &[],
+    );
+    assert!(a.app.tx.push_inline_with(ch.0, &fin, Desc::QUIET).unwrap());
+    n.mux.poll_tx().unwrap();
+    assert_eq!(drain_wire(&mut n.wire), vec![fin]);
+    let upcalls = |n: &Net| {
+        let s = n.mux.endpoint_stats(a.ep).unwrap();
+        (s.rx_upcalls, s.rx_quiet)
+    };
+    let before = upcalls(&n).0;
+    a.app.wake.announce_sleep();
+    let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
+    n.wire.send_batch(&[&ack]).unwrap();
+    n.mux.poll_rx().unwrap();
+    assert!(
+        !n.mux.take_woken(),
+        "the ACK of our FIN woke the application"
+    );
+    assert_eq!(upcalls(&n), (before, 1));
+    let peer_fin = from_peer(PEER_PORT, port, FIN | ACK, IRS + 4, ISS + 7, &[]);
+    n.wire.send_batch(&[&peer_fin]).unwrap();
+    n.mux.poll_rx().unwrap();
+    assert!(
+        n.mux.take_woken(),
+        "the peer's FIN did not wake the application"
+    );
+    assert_eq!(upcalls(&n), (before + 1, 1));
+    a.app.wake.end_sleep();
+    assert_eq!(drain_rx(&mut a.app).len(), 2);
 }

@@ -112,12 +112,13 @@ impl Desc {
     pub const CHAIN: u32 = 1 << 3;
     /// On tx only, on a frame's first descriptor: from this frame on, frames
     /// received on its channel go on the rx ring without waking the
-    /// application (no "non-empty" upcall; the "almost full" one stays). It
-    /// lasts as long as the channel. For a connection of which only the end
-    /// is left to hear, so that its last ACKs and FIN wait for the
+    /// application (no "non-empty" upcall; the "almost full" one stays),
+    /// except, on a TCP connection's channel, a segment with the peer's FIN.
+    /// It lasts as long as the channel. For a connection of which only the
+    /// end is left to hear, so that the last ACKs wait for the
     /// application's next wake-up instead of causing one; set only by a
-    /// frame the channel's template passed, so it concerns the sender's
-    /// own channels only. Ignored on rx, free and completion.
+    /// frame the channel's template passed, so it concerns the sender's own
+    /// channels only. Ignored on rx, free and completion.
     pub const QUIET: u32 = 1 << 4;
     /// All flags this version knows; a descriptor with others is invalid.
     pub const KNOWN_FLAGS: u32 =

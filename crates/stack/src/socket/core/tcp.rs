@@ -182,9 +182,11 @@ impl Conn {
 
     /// The descriptor flags of its next segment: [`Desc::QUIET`] once the
     /// application has closed it, it sends on a channel of its own, and only
-    /// its end is left to hear ([`Connection::winding_down`]). Its last ACKs
-    /// and FIN then wait in the rx ring for the application's next wake-up
-    /// (its timers bound when) instead of waking it.
+    /// its end is left to hear ([`Connection::winding_down`]). The peer's
+    /// last ACKs then wait in the rx ring for the application's next wake-up
+    /// instead of causing one: nobody waits for them, and the retransmission
+    /// timer of the FIN they acknowledge bounds how long they wait. (The
+    /// peer's FIN still wakes it: the peer waits for its ACK.)
     fn tx_flags(&self) -> u32 {
         let quiet =
             self.orphan && self.listener.is_none() && !self.promoting && self.conn.winding_down();
