@@ -212,9 +212,10 @@ fn descriptors_are_validated() {
         ok(inline(129, Desc::INLINE)),
         Err(DescError::InlineTooLong { len: 129 })
     );
+    assert_eq!(ok(inline(1, Desc::INLINE | Desc::QUIET)), Ok(()));
     assert_eq!(
-        ok(inline(1, 0x10)),
-        Err(DescError::UnknownFlags { flags: 0x10 })
+        ok(inline(1, 0x20)),
+        Err(DescError::UnknownFlags { flags: 0x20 })
     );
 
     assert_eq!(l.validate_buffer(Desc::buffer(f + 2048, 7, 0)), Ok(()));

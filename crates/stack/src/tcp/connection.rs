@@ -91,6 +91,11 @@ pub struct TcpConfig {
     /// Maximum segment lifetime; TIME-WAIT lasts twice this (RFC 9293 §3.6.1). 30 s
     /// as Linux's 60 s TIME-WAIT; RFC 9293 §3.4.2 takes 2 minutes.
     pub msl: Duration,
+    /// How long a connection its application has closed ([`Connection::abandon`])
+    /// waits in FIN-WAIT-2 for the peer's FIN before it goes (Linux's
+    /// `tcp_fin_timeout`, 60 s). RFC 9293 lets FIN-WAIT-2 last for ever, which a
+    /// peer that never closes would turn into state held for nobody.
+    pub fin_wait2_timeout: Duration,
     /// Delay of acknowledgments for in-order data (RFC 9293 §3.8.6.3: under 0.5 s, an
     /// ACK at least for every second segment); `None` acknowledges every segment at
     /// once, which suits low-latency links (U-Net §7.8).
@@ -191,6 +196,7 @@ impl Default for TcpConfig {
             max_retransmissions: 15,
             max_syn_retransmissions: 6,
             msl: Duration::from_secs(30),
+            fin_wait2_timeout: Duration::from_secs(60),
             delayed_ack: None,
             nagle: true,
             keepalive: None,
@@ -572,6 +578,10 @@ pub struct Connection {
     /// Segments received since our last ACK, for the every-second-segment rule.
     unacked_segments: u32,
     time_wait_deadline: Option<Time>,
+    /// The application closed its socket: FIN-WAIT-2 is bounded.
+    abandoned: bool,
+    /// When an abandoned connection in FIN-WAIT-2 goes.
+    fin_wait2_deadline: Option<Time>,
     /// A RST to send with this sequence number.
     rst_pending: Option<SeqNum>,
     stats: TcpStats,
@@ -683,6 +693,8 @@ impl Connection {
             ack_deadline: None,
             unacked_segments: 0,
             time_wait_deadline: None,
+            abandoned: false,
+            fin_wait2_deadline: None,
             rst_pending: None,
             stats: TcpStats::default(),
             cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS), config.hystart),
@@ -1037,6 +1049,7 @@ impl Connection {
         self.rack_deadline = None;
         self.ack_deadline = None;
         self.time_wait_deadline = None;
+        self.fin_wait2_deadline = None;
         self.ack_now = false;
     }
 
@@ -1045,19 +1058,42 @@ impl Connection {
         self.rtx_deadline = None;
         self.pto_deadline = None;
         self.rack_deadline = None;
+        self.fin_wait2_deadline = None;
         self.time_wait_deadline = Some(now + 2 * self.config.msl);
+    }
+
+    /// Our FIN is acknowledged: FIN-WAIT-2, bounded if the application has
+    /// closed its socket.
+    fn enter_fin_wait2(&mut self, now: Time) {
+        self.state = TcpState::FinWait2;
+        if self.abandoned {
+            self.fin_wait2_deadline = Some(now + self.config.fin_wait2_timeout);
+        }
+    }
+
+    /// The application closed its socket (after [`Connection::close`] or a
+    /// shutdown of writing): nobody reads what comes any more, so FIN-WAIT-2
+    /// lasts [`TcpConfig::fin_wait2_timeout`] at most.
+    pub fn abandon(&mut self, now: Time) {
+        self.abandoned = true;
+        if self.state == TcpState::FinWait2 && self.fin_wait2_deadline.is_none() {
+            self.fin_wait2_deadline = Some(now + self.config.fin_wait2_timeout);
+        }
     }
 
     /// The earliest deadline at which [`Connection::handle_timeout`] has work.
     #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
-        // Pairwise, not an iterator over the six: asked after every event.
+        // Pairwise, not an iterator over the seven: asked after every event.
         earlier(
             earlier(
                 earlier(self.rtx_deadline, self.pto_deadline),
                 earlier(self.rack_deadline, self.ack_deadline),
             ),
-            earlier(self.time_wait_deadline, self.keepalive_deadline()),
+            earlier(
+                earlier(self.time_wait_deadline, self.fin_wait2_deadline),
+                self.keepalive_deadline(),
+            ),
         )
     }
 
@@ -1065,6 +1101,13 @@ impl Connection {
     pub fn handle_timeout(&mut self, now: Time) {
         if self.time_wait_deadline.is_some_and(|t| t <= now) {
             self.enter_closed(None);
+            return;
+        }
+        if self.fin_wait2_deadline.is_some_and(|t| t <= now) {
+            // Linux's orphan timeout: the peer learns of it from the RST its
+            // next segment draws (the multiplexer resets it when the channel
+            // goes).
+            self.enter_closed(Some(TcpError::TimedOut));
             return;
         }
         if self.ack_deadline.is_some_and(|t| t <= now) {
@@ -1462,7 +1505,7 @@ impl Connection {
         }
         if self.fin_acked() {
             match self.state {
-                TcpState::FinWait1 => self.state = TcpState::FinWait2,
+                TcpState::FinWait1 => self.enter_fin_wait2(now),
                 TcpState::Closing => self.enter_time_wait(now),
                 TcpState::LastAck => {
                     self.enter_closed(None);

@@ -3575,3 +3575,40 @@ fn winding_down_waits_for_the_fin_and_a_short_flight() {
     // The FIN went with a long flight before it, which shrank to the end.
     assert!(long.get() > 0 && short.get() > 0, "{long:?} {short:?}");
 }
+
+/// An abandoned connection (its socket closed) whose peer never closes
+/// leaves FIN-WAIT-2 after `fin_wait2_timeout`, abandoned before or after it
+/// got there; one whose application only shut down writing waits for the
+/// peer's FIN as long as it takes.
+#[test]
+fn fin_wait2_of_an_abandoned_connection_is_bounded() {
+    let cfg = TcpConfig {
+        fin_wait2_timeout: secs(60),
+        ..fast_config()
+    };
+    for abandon in [None, Some(false), Some(true)] {
+        let mut n = established_pair(cfg.clone(), cfg.clone());
+        n.conn_mut(0).close();
+        let now = n.now;
+        if abandon == Some(false) {
+            n.conn_mut(0).abandon(now);
+        }
+        assert!(n.run_until(at(secs(5)), |n| n.state(0) == TcpState::FinWait2));
+        let mut from = n.now;
+        if abandon == Some(true) {
+            assert!(!n.run_until(from + secs(10), |n| n.state(0) != TcpState::FinWait2));
+            from = n.now;
+            n.conn_mut(0).abandon(from);
+        }
+        let gone = n.run_until(from + secs(120), |n| n.state(0) == TcpState::Closed);
+        if abandon.is_some() {
+            assert!(gone, "{abandon:?}");
+            assert_eq!(n.now, from + secs(60), "{abandon:?}");
+            assert_eq!(n.conn(0).error(), Some(TcpError::TimedOut));
+        } else {
+            assert!(!gone);
+            assert_eq!(n.state(0), TcpState::FinWait2);
+        }
+        assert_eq!(n.state(1), TcpState::CloseWait);
+    }
+}

@@ -740,6 +740,7 @@ impl Inner {
             return;
         };
         c.orphan = true;
+        c.conn.abandon(now);
         if matches!(c.conn.state(), TcpState::Closed | TcpState::TimeWait) {
             // In TIME-WAIT, the multiplexer takes the 4-tuple over.
             self.tcp_remove(id);
