@@ -81,7 +81,7 @@ pub use handlers::{Handler, HandlerLimits};
 pub use host::{HostConfig, HostStats, TokenBucket};
 pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
-pub use template::{Template, TemplateField};
+pub use template::Template;
 
 use conn::{ConnTrack, Fate, Followed, Hold, Received, TimeWaits, Tuple};
 use exonet_ash::handler::{Abort, Engine, Outbox, Outcome};
@@ -593,8 +593,10 @@ impl Endpoint {
 struct Channel {
     endpoint: EndpointId,
     filter: FilterId,
-    /// The filters as installed, for stats.
-    text: String,
+    /// The filters as installed, for stats, of a channel bound with raw
+    /// filters; a socket channel's are its spec's, written out when asked
+    /// for (not at each connection's bind).
+    text: Option<String>,
     stats: ChannelStats,
     template: Template,
     handler: Option<Box<dyn Handler>>,
@@ -779,17 +781,12 @@ impl Mux {
             .ok_or(MuxError::NoSuchEndpoint(id))?;
         let now = Instant::now();
         for &ch in &e.channels {
-            self.frag.forget_channel(ch);
             if let Some(c) = self.channels.remove(&ch.0) {
-                self.forget_conn_channel(ch, &c);
-                // The filter was installed by us; deleting it cannot fail
-                // unless the id is unknown, which would be a bug here.
-                let _ = self.dpf.delete(c.filter);
-                self.abandon(&c, now);
+                self.retire(ch, &c, now);
             }
         }
         for (t, conn) in self.followed.drain(id.0, None) {
-            self.abandon_conn(&conn, t, now);
+            self.abandon_conn(&conn, t, now, None);
         }
         self.ports.release_all(id);
         Ok(e.ep)
@@ -846,18 +843,40 @@ impl Mux {
         self.config.msl.min(frag::MAX_TIMEOUT) * 2
     }
 
-    /// A channel is gone: if it carried a TCP connection, reset it or hold
-    /// its TIME-WAIT, as the registry server does for an application that
-    /// exits (Thekkath §III-D).
-    fn abandon(&mut self, c: &Channel, now: Instant) {
-        let (Some(conn), Some(t)) = (&c.conn, c.spec.as_ref().and_then(conn_tuple)) else {
-            return;
-        };
-        self.abandon_conn(conn, t, now);
+    /// Channel `ch`, taken out of the table as `c`, goes: what it was
+    /// followed for, its fragments, its filter, and its connection, which
+    /// is reset or held in TIME-WAIT.
+    fn retire(&mut self, ch: ChannelId, c: &Channel, now: Instant) {
+        self.forget_conn_channel(ch, c);
+        self.frag.forget_channel(ch);
+        if !self.abandon(c, now) {
+            // The filter was installed by us; deleting it cannot fail
+            // unless the id is unknown, which would be a bug here.
+            let _ = self.dpf.delete(c.filter);
+        }
     }
 
-    /// Connection `t`, followed as `conn`, is abandoned.
-    fn abandon_conn(&mut self, conn: &ConnTrack, t: Tuple, now: Instant) {
+    /// A channel is gone: if it carried a TCP connection, reset it or hold
+    /// its TIME-WAIT, as the registry server does for an application that
+    /// exits (Thekkath §III-D). Returns whether the hold took the channel's
+    /// filter (its 4-tuple's, exactly the hold's).
+    fn abandon(&mut self, c: &Channel, now: Instant) -> bool {
+        let (Some(conn), Some(t)) = (&c.conn, c.spec.as_ref().and_then(conn_tuple)) else {
+            return false;
+        };
+        self.abandon_conn(conn, t, now, Some(c.filter))
+    }
+
+    /// Connection `t`, followed as `conn`, is abandoned. A TIME-WAIT hold
+    /// takes `filter` (the 4-tuple's) if there is one, else installs its
+    /// own; returns whether it took `filter`.
+    fn abandon_conn(
+        &mut self,
+        conn: &ConnTrack,
+        t: Tuple,
+        now: Instant,
+        filter: Option<FilterId>,
+    ) -> bool {
         match conn.fate(now, self.time_wait_span()) {
             Fate::Done => {}
             Fate::Reset { seq, to } => {
@@ -869,15 +888,19 @@ impl Mux {
                 // What the link does not take now goes with the next poll.
                 let _ = self.flush_host();
             }
-            Fate::TimeWait(hold) => self.hold_time_wait(t, hold),
+            Fate::TimeWait(hold) => return self.hold_time_wait(t, hold, filter),
         }
+        false
     }
 
     /// Holds a connection in TIME-WAIT until `until`: a filter of the
     /// multiplexer's own takes its 4-tuple (so that a listener on the port
     /// does not get the old connection's segments), and its port is not
     /// handed out as an ephemeral one.
-    fn hold_time_wait(&mut self, t: Tuple, hold: Hold) {
+    /// Its filter is `filter` if given (the channel's that carried the
+    /// connection: a delete and an insert of the same filter saved per
+    /// connection); returns whether it took it.
+    fn hold_time_wait(&mut self, t: Tuple, hold: Hold, filter: Option<FilterId>) -> bool {
         // Another channel of the same 4-tuple was held before: this one is
         // the later incarnation.
         if let Some(old) = self.time_wait.remove_tuple(&t) {
@@ -890,9 +913,11 @@ impl Mux {
             self.release_time_wait(old);
             self.host.stats.time_wait_evicted += 1;
         }
-        let filter = match self.time_wait.max() {
-            0 => None,
-            _ => {
+        let taken = filter.is_some();
+        let filter = match (self.time_wait.max(), filter) {
+            (0, _) => None,
+            (_, Some(f)) => Some(f),
+            (_, None) => {
                 let spec = ChannelSpec {
                     proto: Proto::Tcp,
                     local_addr: t.local.0,
@@ -904,11 +929,12 @@ impl Mux {
         };
         let Some(filter) = filter else {
             self.host.stats.time_wait_evicted += 1;
-            return;
+            return false;
         };
         self.ports.hold(Proto::Tcp, t.local.1);
         self.time_wait.insert(filter.0, t, hold);
         self.host.stats.time_wait_held += 1;
+        taken
     }
 
     /// Frees what a held connection took: its filter and its port.
@@ -983,11 +1009,13 @@ impl Mux {
             self.conn_channels.insert(t, id.0);
             self.followed.take(ep.0, &t).unwrap_or_default()
         });
-        let text = filters
-            .iter()
-            .map(|f| f.to_string())
-            .collect::<Vec<_>>()
-            .join(" || ");
+        let text = spec.is_none().then(|| {
+            filters
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>()
+                .join(" || ")
+        });
         self.channels.insert(
             id.0,
             Channel {
@@ -1090,24 +1118,21 @@ impl Mux {
             .channels
             .remove(&ch.0)
             .ok_or(MuxError::NoSuchChannel(ch))?;
-        self.forget_conn_channel(ch, &c);
-        let _ = self.dpf.delete(c.filter);
-        self.frag.forget_channel(ch);
+        let now = Instant::now();
+        self.retire(ch, &c, now);
         if let Some(spec) = c.spec {
             self.ports.release(spec.proto, spec.local_port, c.endpoint);
         }
         if let Some(e) = self.endpoints.get_mut(&c.endpoint) {
             e.channels.retain(|&x| x != ch);
         }
-        let now = Instant::now();
-        self.abandon(&c, now);
         if let Some(spec) = c
             .spec
             .filter(|s| s.proto == Proto::Tcp && s.remote.is_none())
         {
             let local = (spec.local_addr, spec.local_port);
             for (t, conn) in self.followed.drain(c.endpoint.0, Some(local)) {
-                self.abandon_conn(&conn, t, now);
+                self.abandon_conn(&conn, t, now, None);
             }
         }
         Ok(())
@@ -1218,7 +1243,11 @@ impl Mux {
                     .map(|(&id, c)| ChannelSnapshot {
                         id: ChannelId(id),
                         endpoint: c.endpoint,
-                        filter: c.text.clone(),
+                        filter: match (&c.text, &c.spec) {
+                            (Some(text), _) => text.clone(),
+                            (None, Some(spec)) => registry::socket_filter(spec).to_string(),
+                            (None, None) => String::new(),
+                        },
                         has_handler: c.handler.is_some(),
                         stats: c.stats,
                     })

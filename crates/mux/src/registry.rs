@@ -128,7 +128,9 @@ pub fn socket_filter(spec: &ChannelSpec) -> Filter {
 /// sent, and gives every fragment the multiplexer's identification
 /// (the `ident` module).
 pub fn socket_template(mac: [u8; 6], spec: &ChannelSpec) -> Template {
-    let t = Template::new()
+    // At most nine fields of 24 bytes: one allocation each for the fields,
+    // their values and their masks.
+    let t = Template::with_capacity(9, 24)
         .field(off::ETH_SRC, &mac)
         .field(off::ETHERTYPE, &[0x08, 0x00])
         .field(off::IP_VHL, &[0x45])

@@ -7,22 +7,39 @@
 //! runs on the multiplexer's private copy of the frame, never on shared
 //! memory.
 
-/// One field of a template: `bytes` at `offset`, compared under `mask`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TemplateField {
-    pub offset: usize,
-    pub bytes: Vec<u8>,
-    pub mask: Vec<u8>,
+use std::sync::OnceLock;
+
+/// One field of a template: `len` bytes at `offset`, whose values (already
+/// masked) and masks are at `start` in the template's `values` and `masks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Field {
+    offset: usize,
+    start: usize,
+    len: usize,
 }
 
 /// The conjunction of its fields. An empty template matches every frame (a
 /// privileged channel may send anything).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Every connection's bind makes one, so the fields' bytes share two
+/// vectors instead of two each, and are merged into words once, at the
+/// first match, not at each field a builder adds.
+#[derive(Clone, Debug, Default)]
 pub struct Template {
-    fields: Vec<TemplateField>,
+    fields: Vec<Field>,
+    values: Vec<u8>,
+    masks: Vec<u8>,
     /// The fields merged into 64-bit compares, for [`matches`](Self::matches).
-    words: Words,
+    words: OnceLock<Words>,
 }
+
+impl PartialEq for Template {
+    fn eq(&self, other: &Template) -> bool {
+        self.each().eq(other.each())
+    }
+}
+
+impl Eq for Template {}
 
 /// Longest frame prefix a template is merged into words for; one whose
 /// fields reach further (none that the multiplexer makes) is checked field
@@ -52,10 +69,10 @@ enum Words {
 }
 
 impl Words {
-    fn of(fields: &[TemplateField]) -> Words {
-        let Some(need) = fields
-            .iter()
-            .map(|f| f.offset.checked_add(f.bytes.len()))
+    fn of(t: &Template) -> Words {
+        let Some(need) = t
+            .each()
+            .map(|(offset, bytes, _)| offset.checked_add(bytes.len()))
             .try_fold(0, |a, s| s.map(|s| a.max(s)))
         else {
             return Words::Fields;
@@ -64,9 +81,9 @@ impl Words {
             return Words::Fields;
         }
         let (mut mask, mut value) = (vec![0u8; need], vec![0u8; need]);
-        for f in fields {
-            for (i, (&b, &m)) in f.bytes.iter().zip(&f.mask).enumerate() {
-                let o = f.offset + i;
+        for (offset, bytes, masks) in t.each() {
+            for (i, (&b, &m)) in bytes.iter().zip(masks).enumerate() {
+                let o = offset + i;
                 if (value[o] ^ b) & mask[o] & m != 0 {
                     return Words::Unsatisfiable;
                 }
@@ -98,7 +115,7 @@ impl Words {
             ));
             o = end;
         }
-        if fields.is_empty() {
+        if t.fields.is_empty() {
             Words::Empty
         } else {
             Words::Merged { need, words }
@@ -111,9 +128,23 @@ impl Template {
         Template::default()
     }
 
+    /// An empty template with room for `fields` fields of `bytes` bytes in
+    /// all.
+    pub fn with_capacity(fields: usize, bytes: usize) -> Template {
+        Template {
+            fields: Vec::with_capacity(fields),
+            values: Vec::with_capacity(bytes),
+            masks: Vec::with_capacity(bytes),
+            words: OnceLock::new(),
+        }
+    }
+
     /// Builder: `bytes` at `offset`, every bit compared.
-    pub fn field(self, offset: usize, bytes: &[u8]) -> Template {
-        self.masked(offset, bytes, &vec![0xff; bytes.len()])
+    pub fn field(mut self, offset: usize, bytes: &[u8]) -> Template {
+        self.push(offset, bytes.len());
+        self.values.extend_from_slice(bytes);
+        self.masks.resize(self.values.len(), 0xff);
+        self
     }
 
     /// Builder: `bytes` at `offset`, compared under `mask`.
@@ -126,22 +157,34 @@ impl Template {
             mask.len(),
             "template mask and bytes differ in length"
         );
-        self.fields.push(TemplateField {
-            offset,
-            bytes: bytes.iter().zip(mask).map(|(b, m)| b & m).collect(),
-            mask: mask.to_vec(),
-        });
-        self.words = Words::of(&self.fields);
+        self.push(offset, bytes.len());
+        self.values
+            .extend(bytes.iter().zip(mask).map(|(b, m)| b & m));
+        self.masks.extend_from_slice(mask);
         self
     }
 
-    pub fn fields(&self) -> &[TemplateField] {
-        &self.fields
+    /// Adds a field whose bytes come next in `values` and `masks`.
+    fn push(&mut self, offset: usize, len: usize) {
+        self.fields.push(Field {
+            offset,
+            start: self.values.len(),
+            len,
+        });
+        self.words = OnceLock::new();
+    }
+
+    /// Each field: its offset, values and masks.
+    fn each(&self) -> impl Iterator<Item = (usize, &[u8], &[u8])> {
+        self.fields.iter().map(|f| {
+            let r = f.start..f.start + f.len;
+            (f.offset, &self.values[r.clone()], &self.masks[r])
+        })
     }
 
     /// Whether `frame` matches every field.
     pub fn matches(&self, frame: &[u8]) -> bool {
-        match &self.words {
+        match self.words.get_or_init(|| Words::of(self)) {
             Words::Empty => true,
             Words::Unsatisfiable => false,
             Words::Fields => self.matches_before(frame, usize::MAX),
@@ -166,20 +209,20 @@ impl Template {
     /// bytes from `end` on are not looked at): how a body fragment, which
     /// has no transport header, is checked.
     pub fn matches_before(&self, frame: &[u8], end: usize) -> bool {
-        self.fields.iter().all(|f| {
-            let Some(stop) = f.offset.checked_add(f.bytes.len()) else {
+        self.each().all(|(offset, bytes, masks)| {
+            let Some(stop) = offset.checked_add(bytes.len()) else {
                 return false;
             };
-            let stop = stop.min(end.max(f.offset));
-            let n = stop - f.offset;
+            let stop = stop.min(end.max(offset));
+            let n = stop - offset;
             if n == 0 {
                 return true;
             }
-            match frame.get(f.offset..stop) {
+            match frame.get(offset..stop) {
                 Some(got) => got
                     .iter()
-                    .zip(&f.bytes[..n])
-                    .zip(&f.mask)
+                    .zip(&bytes[..n])
+                    .zip(masks)
                     .all(|((g, b), m)| g & m == *b),
                 None => false,
             }
@@ -193,10 +236,10 @@ impl Template {
     pub fn pinned_byte(&self, offset: usize) -> (u8, u8) {
         let mut mask = 0u8;
         let mut value = 0u8;
-        for f in &self.fields {
-            if let Some(i) = offset.checked_sub(f.offset).filter(|&i| i < f.bytes.len()) {
-                mask |= f.mask[i];
-                value |= f.bytes[i];
+        for (at, bytes, masks) in self.each() {
+            if let Some(i) = offset.checked_sub(at).filter(|&i| i < bytes.len()) {
+                mask |= masks[i];
+                value |= bytes[i];
             }
         }
         (mask, value)
