@@ -339,13 +339,27 @@ impl PerfectHash {
         } else {
             1usize << (64 - bk.shift)
         };
-        let mut used = vec![false; size];
+        // Most sub-tables have a few slots: their marks fit a word, and a
+        // key's insert allocates nothing here.
+        let mut small = 0u64;
+        let mut used = if size > 64 {
+            vec![false; size]
+        } else {
+            Vec::new()
+        };
         for &k in &self.members[b] {
             let i = bk.slot(k.wrapping_mul(self.mul)) - bk.base as usize;
-            if used[i] {
+            let taken = match used.get_mut(i) {
+                Some(u) => std::mem::replace(u, true),
+                None => {
+                    let was = small & 1 << i != 0;
+                    small |= 1 << i;
+                    was
+                }
+            };
+            if taken {
                 return false;
             }
-            used[i] = true;
         }
         let region = bk.base as usize..bk.base as usize + size;
         self.keys[region.clone()].fill(0);
