@@ -60,6 +60,23 @@ fn from_peer(from: u16, port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> V
     )
 }
 
+/// A segment from our `port` to the peer's, without options.
+fn to_peer(port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
+    build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        port,
+        PEER_PORT,
+        fl,
+        seq,
+        ack,
+        &[],
+        data,
+    )
+}
+
 /// Reads a segment, checking both checksums.
 fn read(f: &[u8]) -> Wire {
     let ip = Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
@@ -152,19 +169,7 @@ impl Net {
         ack: u32,
         data: &[u8],
     ) {
-        let f = build::tcp_frame(
-            HOST_MAC,
-            PEER_MAC,
-            HOST,
-            PEER,
-            port,
-            PEER_PORT,
-            fl,
-            seq,
-            ack,
-            &[],
-            data,
-        );
+        let f = to_peer(port, fl, seq, ack, data);
         self.send_raw(a, ch, &f);
         assert_eq!(drain_wire(&mut self.wire), vec![f]);
     }
@@ -576,19 +581,7 @@ fn no_room_no_hold() {
 fn malformed_segments_are_counted() {
     let mut n = Net::new(MuxConfig::default());
     let (mut a, ch, port) = n.established_app();
-    let good = build::tcp_frame(
-        HOST_MAC,
-        PEER_MAC,
-        HOST,
-        PEER,
-        port,
-        PEER_PORT,
-        ACK,
-        ISS + 6,
-        IRS + 4,
-        &[],
-        b"xyz",
-    );
+    let good = to_peer(port, ACK, ISS + 6, IRS + 4, b"xyz");
     // Cut short of its IP length, past the ports the template pins.
     n.send_raw(&mut a, ch, &good[..40]);
     // A TCP data offset beyond the segment, and below 5.
@@ -974,19 +967,7 @@ fn the_link_answers_a_listeners_syns_while_its_channel_lives() {
 fn a_quiet_connection_channel_is_woken_by_the_peers_fin_only() {
     let mut n = Net::new(MuxConfig::default());
     let (mut a, ch, port) = n.established_app();
-    let fin = build::tcp_frame(
-        HOST_MAC,
-        PEER_MAC,
-        HOST,
-        PEER,
-        port,
-        PEER_PORT,
-        FIN | ACK,
-        ISS + 6,
-        IRS + 4,
-        &[],
-        &[],
-    );
+    let fin = to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]);
     assert!(a.app.tx.push_inline_with(ch.0, &fin, Desc::QUIET).unwrap());
     n.mux.poll_tx().unwrap();
     assert_eq!(drain_wire(&mut n.wire), vec![fin]);
