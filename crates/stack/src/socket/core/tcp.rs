@@ -184,9 +184,10 @@ impl Conn {
     /// application has closed it, it sends on a channel of its own, and only
     /// its end is left to hear ([`Connection::winding_down`]). The peer's
     /// last ACKs then wait in the rx ring for the application's next wake-up
-    /// instead of causing one: nobody waits for them, and the retransmission
-    /// timer of the FIN they acknowledge bounds how long they wait. (The
-    /// peer's FIN still wakes it: the peer waits for its ACK.)
+    /// instead of causing one: nobody waits for them, and until they come
+    /// the retransmission timer of our FIN bounds the wait (after them, the
+    /// FIN-WAIT-2 timeout). The peer's FIN still wakes it: the peer waits
+    /// for its ACK.
     fn tx_flags(&self) -> u32 {
         let quiet =
             self.orphan && self.listener.is_none() && !self.promoting && self.conn.winding_down();
