@@ -297,6 +297,34 @@ fn refused_and_reset() {
     assert!(c.write(b"more").is_err());
 }
 
+/// Data that comes after the application closed its socket is answered
+/// with a RST (RFC 1122 §4.2.2.13), as Linux answers it: the peer, which
+/// may go on sending after a FIN, learns that nobody reads it.
+#[test]
+fn data_after_close_is_reset() {
+    let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
+    let l = TcpListener::bind(&sb, (B, 7100)).unwrap();
+    let mut c = TcpStream::connect(&sa, (B, 7100)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    drop(s);
+    c.set_read_timeout(T).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(c.read(&mut buf).unwrap(), 0, "the server's FIN");
+    c.write_all(b"too late").unwrap();
+    let mut reset = None;
+    for _ in 0..500 {
+        match c.write_all(b"more") {
+            Ok(_) => thread::sleep(Duration::from_millis(10)),
+            Err(e) => {
+                reset = Some(e.kind());
+                break;
+            }
+        }
+    }
+    assert_eq!(reset, Some(ErrorKind::ConnectionReset));
+    assert_eq!(sb.stats().tcp.open, 0);
+}
+
 #[test]
 fn half_close_and_nonblocking() {
     let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();

@@ -1241,6 +1241,12 @@ impl Inner {
         };
         c.dirty = false;
         c.unanswered = 0;
+        if c.orphan && c.conn.recv_queue_len() > 0 {
+            // RFC 1122 §4.2.2.13: data that comes after the CLOSE is lost,
+            // which the peer learns from a RST (as from Linux), and nobody
+            // holds a window open for a reader that is gone.
+            c.conn.abort();
+        }
         if c.read_shut {
             let mut sink = [0u8; 4096];
             while c.conn.recv(&mut sink) > 0 {}
