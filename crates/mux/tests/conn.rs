@@ -62,19 +62,7 @@ fn from_peer(from: u16, port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> V
 
 /// A segment from our `port` to the peer's, without options.
 fn to_peer(port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
-    build::tcp_frame(
-        HOST_MAC,
-        PEER_MAC,
-        HOST,
-        PEER,
-        port,
-        PEER_PORT,
-        fl,
-        seq,
-        ack,
-        &[],
-        data,
-    )
+    tcp_to_peer(port, PEER_PORT, fl, seq, ack, data)
 }
 
 /// Reads a segment, checking both checksums.

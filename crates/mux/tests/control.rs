@@ -239,21 +239,7 @@ fn closing_the_connection_resets_its_tcp_connections() {
         let (ch, port) = a
             .bind_socket(ep, PROTO_TCP, (HOST, 0), Some((PEER, 80)))
             .unwrap();
-        let ours = |fl, seq, ack, data: &[u8]| {
-            build::tcp_frame(
-                HOST_MAC,
-                PEER_MAC,
-                HOST,
-                PEER,
-                port,
-                80,
-                fl,
-                seq,
-                ack,
-                &[],
-                data,
-            )
-        };
+        let ours = |fl, seq, ack, data: &[u8]| tcp_to_peer(port, 80, fl, seq, ack, data);
         let mut out = Vec::new();
         send(&mut app, bufs[0], &ours(SYN, 100, 0, &[]), ch);
         let syn_ack = build::tcp_frame(

@@ -154,3 +154,21 @@ pub fn fragments_of(mut whole: Vec<u8>, ident: u16) -> (Vec<Vec<u8>>, Vec<u8>) {
         .collect();
     (frames, whole)
 }
+
+/// A TCP segment without options from [`HOST`]'s `port` to [`PEER`]'s
+/// `peer_port`.
+pub fn tcp_to_peer(port: u16, peer_port: u16, fl: u8, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
+    exonet_wire::build::tcp_frame(
+        HOST_MAC,
+        PEER_MAC,
+        HOST,
+        PEER,
+        port,
+        peer_port,
+        fl,
+        seq,
+        ack,
+        &[],
+        data,
+    )
+}
