@@ -244,11 +244,20 @@ fn a_sleeping_server_acknowledges_a_late_fin_on_its_quiet_channel() {
     let h = two_hosts("tcp-quiet").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
     let l = TcpListener::bind(&sb, (B, 8060)).unwrap();
+    let socket_b = h.b.socket().to_path_buf();
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
-        // Time for the connection's own channel to be bound: a FIN sent on
-        // the listener's channel quiets nothing.
-        thread::sleep(Duration::from_millis(100));
+        // The connection's own channel bound (a FIN sent on the listener's
+        // channel quiets nothing), and the answer come back.
+        let mut cb = exonet_shm::control::Client::connect(&socket_b).unwrap();
+        for _ in 0..250 {
+            let channels = cb.stats().unwrap();
+            if channels.iter().filter(|r| r.kind == "channel").count() >= 2 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        thread::sleep(Duration::from_millis(20));
         s.write_all(b"bye").unwrap();
         drop(s);
         // Asleep in the stack until the next connection.
