@@ -5,7 +5,7 @@
 //! ([`trie`]) along their longest common prefix, with atoms that compare the
 //! same field to different constants merged into disjunction nodes. The trie
 //! is run by a reference interpreter or compiled by Cranelift into a single
-//! native function ([`jit`]).
+//! native function (the `jit` module).
 //!
 //! When several filters accept a frame, the one with the highest priority
 //! wins (by default a filter's priority is its number of atoms, so the most

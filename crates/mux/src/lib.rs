@@ -32,9 +32,10 @@
 //! which must go first, and get an identification the multiplexer
 //! allocates (the `ident` module).
 //!
-//! Every nanosecond spent on an endpoint's behalf (delivery, handler,
-//! transmit) and an even share of each batch's classification is charged
-//! to it ([`EndpointStats::rx_ns`], [`EndpointStats::tx_ns`]).
+//! Every cycle spent on an endpoint's behalf (delivery, handler, transmit)
+//! and an even share of each batch's classification is charged to it
+//! ([`EndpointStats::rx_cycles`], [`EndpointStats::copy_cycles`],
+//! [`EndpointStats::tx_cycles`]).
 //!
 //! The registry ([`registry`]) allocates ports (and ICMP echo
 //! identifiers), builds the filter and template of UDP/TCP/ICMP echo
