@@ -1066,9 +1066,7 @@ impl Connection {
     /// closed its socket.
     fn enter_fin_wait2(&mut self, now: Time) {
         self.state = TcpState::FinWait2;
-        if self.abandoned {
-            self.fin_wait2_deadline = Some(now + self.config.fin_wait2_timeout);
-        }
+        self.bound_fin_wait2(now);
     }
 
     /// The application closed its socket (after [`Connection::close`] or a
@@ -1076,7 +1074,13 @@ impl Connection {
     /// lasts [`TcpConfig::fin_wait2_timeout`] at most.
     pub fn abandon(&mut self, now: Time) {
         self.abandoned = true;
-        if self.state == TcpState::FinWait2 && self.fin_wait2_deadline.is_none() {
+        self.bound_fin_wait2(now);
+    }
+
+    /// Arms the FIN-WAIT-2 timeout once the connection is both abandoned
+    /// and in FIN-WAIT-2, whichever came last at `now`.
+    fn bound_fin_wait2(&mut self, now: Time) {
+        if self.abandoned && self.state == TcpState::FinWait2 && self.fin_wait2_deadline.is_none() {
             self.fin_wait2_deadline = Some(now + self.config.fin_wait2_timeout);
         }
     }
@@ -1964,9 +1968,12 @@ impl Connection {
     /// soon the connection's state goes; a lost FIN or segment is the
     /// retransmission timer's anyway.
     pub fn winding_down(&self) -> bool {
-        let fin_sent =
-            self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
-        fin_sent && self.snd_max.distance_from(self.snd_una) <= self.send_mss() as u32 + 1
+        self.fin_sent() && self.snd_max.distance_from(self.snd_una) <= self.send_mss() as u32 + 1
+    }
+
+    /// Our FIN went out (SND.MAX is past the data).
+    fn fin_sent(&self) -> bool {
+        self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32
     }
 
     /// Our FIN was sent and acknowledged.
@@ -2629,9 +2636,7 @@ impl Connection {
         let sent = self.snd_max.distance_from(self.send_base) as usize;
         let avail = self.send_buf.len().min(sent).checked_sub(offset)?;
         let len = avail.min(max);
-        let fin_sent =
-            self.fin_queued && self.snd_max > self.send_base + self.send_buf.len() as u32;
-        let fin = fin_sent && len == avail;
+        let fin = self.fin_sent() && len == avail;
         if len == 0 && !fin {
             return None;
         }
