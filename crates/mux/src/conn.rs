@@ -304,8 +304,9 @@ pub(crate) const MAX_FOLLOWED: usize = 1024;
 /// [`MAX_FOLLOWED`].
 #[derive(Default)]
 pub(crate) struct Followed {
-    /// By 4-tuple: the endpoint and what is known.
-    by_tuple: HashMap<Tuple, (u32, ConnTrack)>,
+    /// By 4-tuple: the endpoint, what is known, and whether a segment it
+    /// sent asked for the connection's channel to be quiet.
+    by_tuple: HashMap<Tuple, (u32, ConnTrack, bool)>,
     /// How many each endpoint has.
     count: HashMap<u32, usize>,
 }
@@ -315,12 +316,14 @@ impl Followed {
         self.by_tuple.is_empty()
     }
 
-    /// A segment endpoint `ep` sent on a listener's channel. False if it was
-    /// one to follow and could not be: the endpoint has its most.
-    pub fn on_sent(&mut self, ep: u32, t: Tuple, fl: u8, frame: &[u8]) -> bool {
-        if let Some((owner, conn)) = self.by_tuple.get_mut(&t) {
+    /// A segment endpoint `ep` sent on a listener's channel, `quiet` or
+    /// not. False if it was one to follow and could not be: the endpoint
+    /// has its most.
+    pub fn on_sent(&mut self, ep: u32, t: Tuple, fl: u8, frame: &[u8], quiet: bool) -> bool {
+        if let Some((owner, conn, q)) = self.by_tuple.get_mut(&t) {
             if *owner == ep {
                 conn.on_sent(frame);
+                *q |= quiet;
             }
             return true;
         }
@@ -334,7 +337,7 @@ impl Followed {
         *n += 1;
         let mut conn = ConnTrack::default();
         conn.on_sent(frame);
-        self.by_tuple.insert(t, (ep, conn));
+        self.by_tuple.insert(t, (ep, conn, quiet));
         true
     }
 
@@ -347,7 +350,7 @@ impl Followed {
         let Some((t, _)) = tuple(frame, false) else {
             return;
         };
-        if let Some((owner, conn)) = self.by_tuple.get_mut(&t) {
+        if let Some((owner, conn, _)) = self.by_tuple.get_mut(&t) {
             if *owner == ep {
                 conn.on_received(frame, now);
             }
@@ -355,14 +358,14 @@ impl Followed {
     }
 
     /// What endpoint `ep` followed of connection `t`, whose own channel it
-    /// now has.
-    pub fn take(&mut self, ep: u32, t: &Tuple) -> Option<ConnTrack> {
+    /// now has, and whether that channel is to be quiet.
+    pub fn take(&mut self, ep: u32, t: &Tuple) -> Option<(ConnTrack, bool)> {
         match self.by_tuple.get(t) {
-            Some(&(owner, _)) if owner == ep => {}
+            Some(&(owner, ..)) if owner == ep => {}
             _ => return None,
         }
         self.forget(ep);
-        self.by_tuple.remove(t).map(|(_, c)| c)
+        self.by_tuple.remove(t).map(|(_, c, q)| (c, q))
     }
 
     /// Endpoint `ep`'s connections on `local` (all of them for `None`),
@@ -374,13 +377,13 @@ impl Followed {
         let gone: Vec<Tuple> = self
             .by_tuple
             .iter()
-            .filter(|(t, (owner, _))| *owner == ep && local.is_none_or(|l| t.local == l))
+            .filter(|(t, (owner, ..))| *owner == ep && local.is_none_or(|l| t.local == l))
             .map(|(t, _)| *t)
             .collect();
         gone.into_iter()
             .filter_map(|t| {
                 self.forget(ep);
-                self.by_tuple.remove(&t).map(|(_, c)| (t, c))
+                self.by_tuple.remove(&t).map(|(_, c, _)| (t, c))
             })
             .collect()
     }

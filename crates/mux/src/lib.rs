@@ -1006,10 +1006,14 @@ impl Mux {
         });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
-        let conn = spec.as_ref().and_then(conn_tuple).map(|t| {
+        let followed = spec.as_ref().and_then(conn_tuple).map(|t| {
             self.conn_channels.insert(t, id.0);
             self.followed.take(ep.0, &t).unwrap_or_default()
         });
+        let (conn, quiet) = match followed {
+            Some((conn, quiet)) => (Some(conn), quiet),
+            None => (None, false),
+        };
         let text = spec.is_none().then(|| {
             filters
                 .iter()
@@ -1030,7 +1034,7 @@ impl Mux {
                 frags,
                 conn,
                 syn_answers: false,
-                quiet: false,
+                quiet,
             },
         );
         if let Some(e) = self.endpoints.get_mut(&ep) {
@@ -2170,8 +2174,10 @@ impl TxChannels<'_> {
     /// A TCP segment endpoint `ep` sent on a listener's channel: a segment of
     /// a connection it accepted is followed on the connection's own channel
     /// once it has one, and before that in [`Followed`]. False if it could
-    /// not be followed (the endpoint has its most).
-    fn follow_sent(&mut self, ep: EndpointId, frame: &[u8]) -> bool {
+    /// not be followed (the endpoint has its most). A `quiet` segment
+    /// ([`Desc::QUIET`]) quiets the connection's own channel, now or once
+    /// it is bound.
+    fn follow_sent(&mut self, ep: EndpointId, frame: &[u8], quiet: bool) -> bool {
         let Some((t, fl)) = conn::tuple(frame, true) else {
             return true;
         };
@@ -2179,14 +2185,18 @@ impl TxChannels<'_> {
             .conns
             .get(&t)
             .and_then(|c| self.by_id.get_mut(c))
-            .filter(|c| c.endpoint == ep)
-            .and_then(|c| c.conn.as_mut());
+            .filter(|c| c.endpoint == ep);
         match own {
-            Some(conn) => {
+            Some(Channel {
+                conn: Some(conn),
+                quiet: q,
+                ..
+            }) => {
                 conn.on_sent(frame);
+                *q |= quiet;
                 true
             }
-            None => self.followed.on_sent(ep.0, t, fl, frame),
+            _ => self.followed.on_sent(ep.0, t, fl, frame, quiet),
         }
     }
 }
@@ -2309,18 +2319,20 @@ fn tx_turn(
                         }
                         ch.stats.tx_frames += 1;
                         ch.stats.tx_bytes += len as u64;
-                        ch.quiet |= f.head().is_quiet();
+                        let quiet = f.head().is_quiet();
                         let tcp = ch.spec.is_some_and(|s| s.proto == Proto::Tcp);
                         match &mut ch.conn {
                             Some(conn) => {
+                                ch.quiet |= quiet;
                                 ch.stats.tcp_malformed += u64::from(!conn.on_sent(frame));
                             }
-                            // A listener's channel.
+                            // A listener's channel: the flag is the accepted
+                            // connection's, not the listener's.
                             None if tcp => {
                                 e.stats.tcp_unfollowed +=
-                                    u64::from(!channels.follow_sent(id, frame));
+                                    u64::from(!channels.follow_sent(id, frame, quiet));
                             }
-                            None => {}
+                            None => ch.quiet |= quiet,
                         }
                         sent_len = Some(len);
                         Some(len)

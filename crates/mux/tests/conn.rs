@@ -984,3 +984,51 @@ fn a_quiet_connection_channel_is_woken_by_the_peers_fin_only() {
     a.app.wake.end_sleep();
     assert_eq!(drain_rx(&mut a.app).len(), 2);
 }
+
+/// An accepted connection closed before its own channel's bind is answered
+/// says "quiet" on the listener's channel: that quiets its own channel,
+/// whether bound before or after the segment, and never the listener's.
+#[test]
+fn a_quiet_segment_on_the_listeners_channel_quiets_the_connections_own_channel() {
+    const PORT: u16 = 8080;
+    let mut n = Net::new(MuxConfig::default());
+    for (i, bound_first) in [(0u16, false), (1, true)] {
+        let port = PORT + i;
+        let mut a = n.app();
+        let (listener, _) = n.mux.bind_socket(a.ep, tcp(port, None)).unwrap();
+        assert_eq!(n.peer(&mut a, port, SYN, IRS, 0, &[]), 1);
+        n.send(&mut a, listener, port, SYN | ACK, ISS, IRS + 1, &[]);
+        assert_eq!(n.peer(&mut a, port, ACK, IRS + 1, ISS + 1, b"abc"), 1);
+        let own = bound_first.then(|| n.connect(&a, port, PEER_PORT).0);
+        n.send(&mut a, listener, port, ACK, ISS + 1, IRS + 4, b"hello");
+        let fin = to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]);
+        assert!(a
+            .app
+            .tx
+            .push_inline_with(listener.0, &fin, Desc::QUIET)
+            .unwrap());
+        n.mux.poll_tx().unwrap();
+        assert_eq!(drain_wire(&mut n.wire), vec![fin]);
+        let own = own.unwrap_or_else(|| n.connect(&a, port, PEER_PORT).0);
+        let stats = |n: &Net| {
+            let s = n.mux.endpoint_stats(a.ep).unwrap();
+            (s.rx_upcalls, s.rx_quiet)
+        };
+        let before = stats(&n).0;
+        a.app.wake.announce_sleep();
+        // The peer's ACK of our FIN, on the connection's channel: quiet.
+        let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
+        n.wire.send_batch(&[&ack]).unwrap();
+        n.mux.poll_rx().unwrap();
+        assert!(!n.mux.take_woken(), "the ACK of our FIN woke (case {i})");
+        assert_eq!(stats(&n), (before, 1));
+        // Another peer's SYN, on the listener's channel: it still wakes.
+        let syn = from_peer(PEER_PORT + 1, port, SYN, IRS, 0, &[]);
+        n.wire.send_batch(&[&syn]).unwrap();
+        n.mux.poll_rx().unwrap();
+        assert!(n.mux.take_woken(), "the listener went quiet (case {i})");
+        a.app.wake.end_sleep();
+        let got: Vec<u32> = drain_rx(&mut a.app).iter().map(|r| r.0).collect();
+        assert_eq!(got, vec![own.0, listener.0]);
+    }
+}

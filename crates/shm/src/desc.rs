@@ -118,7 +118,9 @@ impl Desc {
     /// end is left to hear, so that the last ACKs wait for the
     /// application's next wake-up instead of causing one; set only by a
     /// frame the channel's template passed, so it concerns the sender's own
-    /// channels only. Ignored on rx, free and completion.
+    /// channels only. A segment on a TCP listener's channel quiets the
+    /// channel of its connection (now, or when the connection's own channel
+    /// is bound), never the listener's. Ignored on rx, free and completion.
     pub const QUIET: u32 = 1 << 4;
     /// All flags this version knows; a descriptor with others is invalid.
     pub const KNOWN_FLAGS: u32 =

@@ -181,16 +181,18 @@ impl Conn {
     }
 
     /// The descriptor flags of its next segment: [`Desc::QUIET`] once the
-    /// application has closed it, it sends on a channel of its own, and only
-    /// its end is left to hear ([`Connection::winding_down`]). The peer's
+    /// application has closed it, it is accepted (out of its listener's
+    /// queues: an embryo's segments only ever go on the listener's channel)
+    /// and only its end is left to hear ([`Connection::winding_down`]). Sent
+    /// on the listener's channel while its own is being bound, the flag
+    /// quiets its own channel once bound, not the listener's. The peer's
     /// last ACKs then wait in the rx ring for the application's next wake-up
     /// instead of causing one: nobody waits for them, and until they come
     /// the retransmission timer of our FIN bounds the wait (after them, the
     /// FIN-WAIT-2 timeout). The peer's FIN still wakes it: the peer waits
     /// for its ACK.
     fn tx_flags(&self) -> u32 {
-        let quiet =
-            self.orphan && self.listener.is_none() && !self.promoting && self.conn.winding_down();
+        let quiet = self.orphan && self.listener.is_none() && self.conn.winding_down();
         if quiet {
             Desc::QUIET
         } else {
