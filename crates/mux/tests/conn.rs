@@ -1032,3 +1032,41 @@ fn a_quiet_segment_on_the_listeners_channel_quiets_the_connections_own_channel()
         assert_eq!(got, vec![own.0, listener.0]);
     }
 }
+
+/// A spinning loop's empty polls read the clock for the TIME-WAIT holds
+/// only now and then (every 64th), and the first poll after a sleep reads
+/// it: a hold still ends within 64 polls of its deadline, or at once after
+/// a wait.
+#[test]
+fn held_time_waits_expire_under_spinning_and_after_a_wait() {
+    let msl = Duration::from_millis(5);
+    let mut n = Net::new(MuxConfig {
+        msl,
+        ..MuxConfig::default()
+    });
+    for after_wait in [false, true] {
+        let (mut a, ch, port) = n.established_app();
+        n.close_first(&mut a, ch, port);
+        n.mux.remove_endpoint(a.ep).unwrap();
+        assert_eq!(n.mux.stats().host.time_wait_now, 1);
+        // Spinning meanwhile: the countdown runs.
+        for _ in 0..10 {
+            n.mux.poll().unwrap();
+        }
+        std::thread::sleep(3 * msl);
+        let polls = if after_wait {
+            n.mux.wait(Duration::ZERO).unwrap();
+            n.mux.poll().unwrap();
+            1
+        } else {
+            (1..=64)
+                .find(|_| {
+                    n.mux.poll().unwrap();
+                    n.mux.stats().host.time_wait_now == 0
+                })
+                .unwrap_or(65)
+        };
+        let host = n.mux.stats().host;
+        assert_eq!(host.time_wait_now, 0, "still held after {polls} polls");
+    }
+}
