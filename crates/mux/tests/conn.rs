@@ -129,6 +129,14 @@ impl Net {
         Net { mux, wire }
     }
 
+    /// With TIME-WAIT holds of 2 × `msl`.
+    fn with_msl(msl: Duration) -> Net {
+        Net::new(MuxConfig {
+            msl,
+            ..MuxConfig::default()
+        })
+    }
+
     fn app(&mut self) -> App {
         let (ep, app, bufs) = endpoint(&mut self.mux, 16, false);
         App {
@@ -217,6 +225,28 @@ impl Net {
 
     fn on_wire(&mut self) -> Vec<Wire> {
         drain_wire(&mut self.wire).iter().map(|f| read(f)).collect()
+    }
+
+    /// The application sends `f` on `ch` with [`Desc::QUIET`]; it must
+    /// reach the wire.
+    fn send_quiet(&mut self, a: &mut App, ch: ChannelId, f: Vec<u8>) {
+        assert!(a.app.tx.push_inline_with(ch.0, &f, Desc::QUIET).unwrap());
+        self.mux.poll_tx().unwrap();
+        assert_eq!(drain_wire(&mut self.wire), vec![f]);
+    }
+
+    /// Frame `f` comes from the wire; whether it woke an application.
+    fn arrives(&mut self, f: &[u8]) -> bool {
+        self.wire.send_batch(&[f]).unwrap();
+        self.mux.poll_rx().unwrap();
+        self.mux.take_woken()
+    }
+
+    /// The endpoint's wake-ups for received frames, and its frames that
+    /// came on quiet channels.
+    fn upcalls(&self, a: &App) -> (u64, u64) {
+        let s = self.mux.endpoint_stats(a.ep).unwrap();
+        (s.rx_upcalls, s.rx_quiet)
     }
 }
 
@@ -313,10 +343,7 @@ fn a_rst_off_rcv_nxt_does_not_finish() {
 #[test]
 fn time_wait_is_held_then_expires() {
     let msl = Duration::from_millis(500);
-    let mut n = Net::new(MuxConfig {
-        msl,
-        ..MuxConfig::default()
-    });
+    let mut n = Net::with_msl(msl);
     let (mut a, ch, port) = n.established_app();
     n.close_first(&mut a, ch, port);
     let closed = Instant::now();
@@ -955,32 +982,18 @@ fn the_link_answers_a_listeners_syns_while_its_channel_lives() {
 fn a_quiet_connection_channel_is_woken_by_the_peers_fin_only() {
     let mut n = Net::new(MuxConfig::default());
     let (mut a, ch, port) = n.established_app();
-    let fin = to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]);
-    assert!(a.app.tx.push_inline_with(ch.0, &fin, Desc::QUIET).unwrap());
-    n.mux.poll_tx().unwrap();
-    assert_eq!(drain_wire(&mut n.wire), vec![fin]);
-    let upcalls = |n: &Net| {
-        let s = n.mux.endpoint_stats(a.ep).unwrap();
-        (s.rx_upcalls, s.rx_quiet)
-    };
-    let before = upcalls(&n).0;
+    n.send_quiet(&mut a, ch, to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]));
+    let before = n.upcalls(&a).0;
     a.app.wake.announce_sleep();
     let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
-    n.wire.send_batch(&[&ack]).unwrap();
-    n.mux.poll_rx().unwrap();
-    assert!(
-        !n.mux.take_woken(),
-        "the ACK of our FIN woke the application"
-    );
-    assert_eq!(upcalls(&n), (before, 1));
+    assert!(!n.arrives(&ack), "the ACK of our FIN woke the application");
+    assert_eq!(n.upcalls(&a), (before, 1));
     let peer_fin = from_peer(PEER_PORT, port, FIN | ACK, IRS + 4, ISS + 7, &[]);
-    n.wire.send_batch(&[&peer_fin]).unwrap();
-    n.mux.poll_rx().unwrap();
     assert!(
-        n.mux.take_woken(),
+        n.arrives(&peer_fin),
         "the peer's FIN did not wake the application"
     );
-    assert_eq!(upcalls(&n), (before + 1, 1));
+    assert_eq!(n.upcalls(&a), (before + 1, 1));
     a.app.wake.end_sleep();
     assert_eq!(drain_rx(&mut a.app).len(), 2);
 }
@@ -1002,31 +1015,17 @@ fn a_quiet_segment_on_the_listeners_channel_quiets_the_connections_own_channel()
         let own = bound_first.then(|| n.connect(&a, port, PEER_PORT).0);
         n.send(&mut a, listener, port, ACK, ISS + 1, IRS + 4, b"hello");
         let fin = to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]);
-        assert!(a
-            .app
-            .tx
-            .push_inline_with(listener.0, &fin, Desc::QUIET)
-            .unwrap());
-        n.mux.poll_tx().unwrap();
-        assert_eq!(drain_wire(&mut n.wire), vec![fin]);
+        n.send_quiet(&mut a, listener, fin);
         let own = own.unwrap_or_else(|| n.connect(&a, port, PEER_PORT).0);
-        let stats = |n: &Net| {
-            let s = n.mux.endpoint_stats(a.ep).unwrap();
-            (s.rx_upcalls, s.rx_quiet)
-        };
-        let before = stats(&n).0;
+        let before = n.upcalls(&a).0;
         a.app.wake.announce_sleep();
         // The peer's ACK of our FIN, on the connection's channel: quiet.
         let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
-        n.wire.send_batch(&[&ack]).unwrap();
-        n.mux.poll_rx().unwrap();
-        assert!(!n.mux.take_woken(), "the ACK of our FIN woke (case {i})");
-        assert_eq!(stats(&n), (before, 1));
+        assert!(!n.arrives(&ack), "the ACK of our FIN woke (case {i})");
+        assert_eq!(n.upcalls(&a), (before, 1));
         // Another peer's SYN, on the listener's channel: it still wakes.
         let syn = from_peer(PEER_PORT + 1, port, SYN, IRS, 0, &[]);
-        n.wire.send_batch(&[&syn]).unwrap();
-        n.mux.poll_rx().unwrap();
-        assert!(n.mux.take_woken(), "the listener went quiet (case {i})");
+        assert!(n.arrives(&syn), "the listener went quiet (case {i})");
         a.app.wake.end_sleep();
         let got: Vec<u32> = drain_rx(&mut a.app).iter().map(|r| r.0).collect();
         assert_eq!(got, vec![own.0, listener.0]);
@@ -1040,10 +1039,7 @@ fn a_quiet_segment_on_the_listeners_channel_quiets_the_connections_own_channel()
 #[test]
 fn held_time_waits_expire_under_spinning_and_after_a_wait() {
     let msl = Duration::from_millis(5);
-    let mut n = Net::new(MuxConfig {
-        msl,
-        ..MuxConfig::default()
-    });
+    let mut n = Net::with_msl(msl);
     for after_wait in [false, true] {
         let (mut a, ch, port) = n.established_app();
         n.close_first(&mut a, ch, port);
