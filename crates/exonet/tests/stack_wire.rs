@@ -585,3 +585,45 @@ fn without_syn_cookies_a_full_syn_queue_drops() {
         "{st:?}"
     );
 }
+
+/// A close takes in what has arrived first: the peer's FIN, already in the
+/// rx ring but not yet looked at, is acknowledged by our FIN (CLOSE-WAIT to
+/// LAST-ACK, one segment), instead of our FIN crossing it (a simultaneous
+/// close: an ACK more, and TIME-WAIT at both ends).
+#[test]
+fn a_close_acknowledges_the_fin_that_has_arrived() {
+    let mut n = net("close", StackConfig::default());
+    let l = TcpListener::bind(&n.stack, (HOST, COOKIE_PORT)).unwrap();
+    l.set_accept_timeout(Some(Duration::from_secs(5))).unwrap();
+    n.inject(&[n.tcp(4000, flags::SYN, 500, 0, &[TcpOption::Mss(1460)], &[])]);
+    let synack = n.next_tcp_to(4000);
+    assert_eq!((synack.flags, synack.ack), (flags::SYN | flags::ACK, 501));
+    let iss = synack.seq.wrapping_add(1);
+    n.inject(&[n.tcp(4000, flags::ACK | flags::PSH, 501, iss, &[], b"hi")]);
+    let (s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 2];
+    (&s).read_exact(&mut buf).unwrap();
+    // The FIN reaches the application's rx ring; nobody is in the stack, and
+    // its keeper looks only after a tick (5 ms) without a pump.
+    n.inject(&[n.tcp(4000, flags::FIN | flags::ACK, 503, iss, &[], &[])]);
+    std::thread::sleep(Duration::from_millis(1));
+    drop(s);
+    let mut seg = n.next_tcp_to(4000);
+    // (The delayed ACK of "hi", had the keeper sent it meanwhile.)
+    while seg.flags == flags::ACK && seg.ack == 503 {
+        seg = n.next_tcp_to(4000);
+    }
+    assert_eq!(
+        (seg.flags, seg.seq, seg.ack),
+        (flags::FIN | flags::ACK, iss, 504),
+        "{seg:?}"
+    );
+    n.inject(&[n.tcp(4000, flags::ACK, 504, iss.wrapping_add(1), &[], &[])]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while n.stack.stats().tcp.open > 0 {
+        assert!(Instant::now() < deadline, "{:?}", n.stack.stats().tcp);
+        n.stack.pump().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

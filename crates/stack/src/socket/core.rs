@@ -603,6 +603,13 @@ impl Inner {
     /// into their sockets, due timers. Problems with single frames are counted,
     /// never returned.
     pub fn pump(&mut self, now: Time) {
+        self.pump_with(now, |_| {});
+    }
+
+    /// [`Inner::pump`], running `then` after the frames and timers are taken
+    /// in and before the connections answer them, so that what `then` sends
+    /// carries those answers (a close's FIN the ACK of the peer's FIN).
+    pub fn pump_with(&mut self, now: Time, then: impl FnOnce(&mut Inner)) {
         self.clock = now;
         while let Ok(Some(d)) = self.completion.pop() {
             if d.flags & Desc::REJECTED != 0 {
@@ -654,6 +661,7 @@ impl Inner {
             self.retry_arp(now);
             self.tcp_timers(now);
         }
+        then(self);
         self.tcp_transmit_dirty(now);
         // A failure to give buffers back is retried on the next pump. Most
         // pumps have none to give: no call.

@@ -384,11 +384,21 @@ impl Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        let mut g = self.stack.shared().lock();
+        let shared = self.stack.shared();
+        let mut g = shared.lock();
         let s = g.sock_mut(self.id);
         s.handles -= 1;
         if s.handles == 0 {
-            g.close(self.id);
+            // What has arrived is taken in first, as a kernel's softirq would
+            // have: a FIN the peer sent is then acknowledged by our FIN
+            // (LAST-ACK), one segment, instead of crossing it (a simultaneous
+            // close: an ACK more, and TIME-WAIT at both ends).
+            drop(g);
+            let _ = shared.drive();
+            g = shared.lock();
+            let now = g.now();
+            let id = self.id;
+            g.pump_with(now, |g| g.close(id));
         }
     }
 }

@@ -974,14 +974,20 @@ impl Connection {
 
     /// Reads received data in order; returns how many bytes were copied.
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
+        let before = self.free_window();
         let n = self.recv.read(buf);
         self.app_read += n as u64;
         if n > 0 && !self.fin_received {
             // Tell the peer when reading opened the window enough to matter: by the
             // SWS threshold and at least doubling what it may send (as Linux does).
-            let free = self.free_window();
+            // Only if this read opened it: a window already that much larger than
+            // the peer knows (the handshake's, unscaled in the SYN, RFC 7323 §2.2)
+            // goes with the next segment, as every ACK of data carries it; sent
+            // on its own, it cost a frame per connection, and woke a peer waiting
+            // for our answer.
             let left = self.rcv_adv.distance_from(self.rcv_nxt);
-            if free >= left + self.sws_threshold() && free >= 2 * left {
+            let opens = |free: u32| free >= left + self.sws_threshold() && free >= 2 * left;
+            if opens(self.free_window()) && !opens(before) {
                 self.ack_now = true;
             }
         }
@@ -1534,8 +1540,10 @@ impl Connection {
 
         // Eighth, FIN: it takes effect once everything before it has arrived.
         if !control_only && seg.has(flags::FIN) && !self.fin_received && self.rx_fin.is_none() {
-            self.rx_fin = Some(seg.seq + seg.payload.len() as u32);
-            self.ack_now = true;
+            let fin = seg.seq + seg.payload.len() as u32;
+            self.rx_fin = Some(fin);
+            // Out of order, at once (RFC 5681 §4.2); in order, as `check_fin` says.
+            self.ack_now |= fin != self.rcv_nxt;
         }
         self.check_fin(now);
     }
@@ -1951,7 +1959,17 @@ impl Connection {
         }
         self.fin_received = true;
         self.rcv_nxt = self.rcv_nxt + 1;
-        self.ack_now = true;
+        match (self.state, self.config.delayed_ack) {
+            // As Linux (which turns to delayed ACKs on a FIN): the application
+            // reads the end and closes at once as a rule, and its FIN then
+            // carries this ACK, one segment instead of two; the delayed-ACK
+            // bound holds if it does not.
+            (TcpState::Established, Some(delay)) => {
+                let due = now + delay;
+                self.ack_deadline = Some(self.ack_deadline.map_or(due, |t| t.min(due)));
+            }
+            _ => self.ack_now = true,
+        }
         match self.state {
             TcpState::SynReceived | TcpState::Established => self.state = TcpState::CloseWait,
             TcpState::FinWait1 if self.fin_acked() => self.enter_time_wait(now),

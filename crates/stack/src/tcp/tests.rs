@@ -1216,6 +1216,97 @@ fn delayed_ack() {
     assert_eq!(last_from(&n, 1).at, last_from(&n, 0).at + ms(5) + ms(499));
 }
 
+/// A receive buffer past the SYN's unscaled 64 KB: the window is already
+/// more than twice what the peer knows after the handshake, which the first
+/// read does not make news of (no pure ACK then: the delayed ACK carries
+/// it). Reading a full buffer does: the zero-window tests.
+#[test]
+fn the_first_read_sends_no_window_update_of_its_own() {
+    let b = TcpConfig {
+        delayed_ack: Some(ms(100)),
+        recv_buffer: 256 * 1024,
+        ..fast_config()
+    };
+    let mut n = established_pair(b.clone(), b);
+    n.apps[0].out = pattern(100, 0);
+    let before = n.log.len();
+    n.step();
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    assert_eq!(n.apps[1].got, n.apps[0].out);
+    let data = last_from(&n, 0);
+    let acks: Vec<Sent> = n.log[before..]
+        .iter()
+        .filter(|s| s.from == 1)
+        .copied()
+        .collect();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(acks[0].at, data.at + ms(5) + ms(100));
+    // The window it gives is the whole buffer, scaled.
+    let scale = n.conn(1).recv_buffer() as u32 / u32::from(acks[0].window);
+    assert!(scale > 1 && n.conn(1).recv_buffer() > 64 * 1024, "{scale}");
+}
+
+/// The ACK of the peer's FIN waits out the delayed-ACK bound (as Linux's
+/// turn to delayed ACKs on a FIN): an application that closes meanwhile
+/// sends one FIN+ACK instead of an ACK and a FIN. Without delayed ACKs, and
+/// when the FIN closes our own side, at once.
+#[test]
+fn the_ack_of_a_fin_waits_for_the_applications_close() {
+    for delay in [Some(ms(100)), None] {
+        let cfg = TcpConfig {
+            delayed_ack: delay,
+            ..fast_config()
+        };
+        for closes in [false, true] {
+            let mut n = established_pair(cfg.clone(), cfg.clone());
+            n.apps[0].close_when_written = true;
+            let before = n.log.len();
+            assert!(n.run_until(n.now + secs(1), |n| n.state(1) == TcpState::CloseWait));
+            let fin = last_from(&n, 0);
+            assert!(fin.has(flags::FIN));
+            if closes {
+                n.conn_mut(1).close();
+            }
+            n.run_until(n.now + ms(300), |_| false);
+            let from_b: Vec<Sent> = n.log[before..]
+                .iter()
+                .filter(|s| s.from == 1)
+                .copied()
+                .collect();
+            let first = from_b[0];
+            assert_eq!(first.ack, fin.seq + 1, "{delay:?} {closes}");
+            match (delay, closes) {
+                (Some(d), false) => {
+                    assert_eq!(first.at, fin.at + ms(5) + d);
+                    assert!(!first.has(flags::FIN));
+                }
+                (Some(_), true) => {
+                    assert!(first.has(flags::FIN), "{from_b:?}");
+                    assert_eq!(first.at, fin.at + ms(5));
+                }
+                (None, _) => assert_eq!(first.at, fin.at + ms(5)),
+            }
+        }
+    }
+    // A FIN that ends our side too (FIN-WAIT-2 to TIME-WAIT) is answered at
+    // once: nothing of ours is left to carry it.
+    let cfg = TcpConfig {
+        delayed_ack: Some(ms(100)),
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.apps[0].close_when_written = true;
+    assert!(n.run_until(n.now + secs(1), |n| n.state(0) == TcpState::FinWait2));
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(n.now + secs(1), |n| n.state(0) == TcpState::TimeWait));
+    let fin = last_from(&n, 1);
+    n.run_until(n.now + ms(50), |_| false);
+    let ack = last_from(&n, 0);
+    assert_eq!((ack.ack, ack.at), (fin.seq + 1, fin.at + ms(5)));
+}
+
 #[test]
 fn nagle_coalesces_small_writes() {
     for nagle in [true, false] {
