@@ -902,3 +902,37 @@ fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
     }
     assert_eq!(cases, 64);
 }
+
+/// A server that takes a few milliseconds to answer, away from its stack:
+/// its keeper sends the delayed ACK of each request at its next tick, and
+/// the client's probe of the lone request allows for that
+/// (`TcpConfig::peer_ack_delay`), so nothing is sent twice. With a probe
+/// that waited only for the 1 ms bound, one request in five was.
+#[test]
+fn a_slow_answer_draws_no_probe() {
+    const N: usize = 5;
+    let h = two_hosts("tcp-slow").unwrap();
+    let (sa, sb) = (stack(&h.a), stack(&h.b));
+    let l = TcpListener::bind(&sb, (B, 8070)).unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(T).unwrap();
+        let mut req = [0u8; 4];
+        for _ in 0..N {
+            s.read_exact(&mut req).unwrap();
+            thread::sleep(Duration::from_millis(8));
+            s.write_all(&req).unwrap();
+        }
+    });
+    let mut c = TcpStream::connect_timeout(&sa, (B, 8070), Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(T).unwrap();
+    for i in 0..N {
+        c.write_all(&[i as u8; 4]).unwrap();
+        let mut got = [0u8; 4];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(got, [i as u8; 4]);
+    }
+    server.join().unwrap();
+    let st = sa.stats().tcp;
+    assert_eq!(st.retransmitted, 0, "{st:#?}");
+}

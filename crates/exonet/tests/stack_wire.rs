@@ -268,6 +268,17 @@ fn a_full_socket_drops_and_counts() {
     let s = socket(&n, 4004);
     let frames: Vec<Vec<u8>> = (0..20u8).map(|i| n.udp(7, 4004, &[i; 200])).collect();
     n.inject(&frames);
+    // All of them sorted before the first read (the daemon delivers them in
+    // batches; a read between two would make room).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        n.stack.pump().unwrap();
+        let st = n.stack.stats();
+        if st.sockets.queue_full + st.queued as u64 >= 20 || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let mut buf = [0u8; 256];
     let mut got = Vec::new();
     s.set_read_timeout(Some(Duration::from_millis(300)))

@@ -109,6 +109,12 @@ impl Default for StackConfig {
                 // writes at once carries the ACK, instead of a frame of its
                 // own before it. U-Net §7.8's objection was to BSD's 200 ms.
                 delayed_ack: Some(Duration::from_millis(1)),
+                // A peer of these sockets whose application is away from its
+                // stack has its delayed ACKs sent by the keeper, at its next
+                // tick: a lone segment's probe that waited only for the 1 ms
+                // bound was sent again for every answer that took the
+                // application 2-10 ms.
+                peer_ack_delay: Some(2 * KEEPER_TICK),
                 ..TcpConfig::default()
             },
             linger: Duration::from_secs(2),
@@ -483,9 +489,12 @@ impl Shared {
             return;
         };
         let now = g.now();
+        // After a tick without a pump, or once a timer is due (a delayed ACK
+        // due now goes at this tick, not the next).
         let idle = !g.sleeping
             && g.followers == 0
-            && now.saturating_duration_since(g.clock) >= KEEPER_TICK;
+            && (now.saturating_duration_since(g.clock) >= KEEPER_TICK
+                || g.next_deadline().is_some_and(|t| t <= now));
         drop(g);
         if idle {
             let _ = self.drive();

@@ -126,6 +126,11 @@ pub struct TcpConfig {
     /// the losses at the tail of a flight to SACK or NewReno recovery instead of
     /// leaving them to the retransmission timeout.
     pub tail_loss_probe: bool,
+    /// The longest the peer is taken to hold the ACK of a lone segment, in the
+    /// probe timeout of a flight of one segment (RFC 8985 §7.2's WCDelAckT).
+    /// `None`: our own delayed-ACK bound, at least 2 ms, as both ends of this
+    /// library are configured alike.
+    pub peer_ack_delay: Option<Duration>,
     /// HyStart++ (RFC 9406): leave the initial slow start when the round-trip
     /// time rises, a queue building at the bottleneck, through a few rounds of
     /// Conservative Slow Start, rather than at the first loss of a window grown
@@ -205,6 +210,7 @@ impl Default for TcpConfig {
             sack: true,
             header_prediction: true,
             tail_loss_probe: true,
+            peer_ack_delay: None,
             hystart: true,
             syn_cookies: true,
             link_syn_cookies: false,
@@ -2115,10 +2121,11 @@ impl Connection {
     /// plus the peer's ACK delay, at most the RTO. §7.2 adds WCDelAckT = 200 ms
     /// when one segment is in flight, for a peer that holds a lone segment's ACK
     /// that long; on a LAN that leaves the probe no earlier than the RTO. We take
-    /// our own delayed-ACK bound ([`TcpConfig::delayed_ack`]) as the peer's, since
-    /// both ends of this stack are configured alike, and otherwise 2 ms. A peer
-    /// delaying longer draws a spurious probe: a segment, and a cwnd reduction
-    /// only if timestamps cannot show that the original arrived.
+    /// [`TcpConfig::peer_ack_delay`], by default our own delayed-ACK bound
+    /// ([`TcpConfig::delayed_ack`]), since both ends of this stack are configured
+    /// alike, and otherwise 2 ms. A peer delaying longer draws a spurious probe: a
+    /// segment, and a cwnd reduction only if timestamps cannot show that the
+    /// original arrived.
     fn arm_pto(&mut self, now: Time) {
         self.pto_deadline = None;
         if !self.pto_allowed() {
@@ -2129,7 +2136,9 @@ impl Connection {
         };
         let flight = self.snd_max.distance_from(self.snd_una);
         let ack_delay = if flight <= self.send_mss as u32 {
-            self.config.delayed_ack.unwrap_or_default().max(PTO_SLACK)
+            self.config
+                .peer_ack_delay
+                .unwrap_or_else(|| self.config.delayed_ack.unwrap_or_default().max(PTO_SLACK))
         } else {
             PTO_SLACK
         };

@@ -2861,6 +2861,28 @@ fn tail_loss_probe_repairs_a_lost_last_segment() {
     }
 }
 
+/// The probe of a lone segment waits for the peer's ACK delay as configured
+/// (`peer_ack_delay`, RFC 8985 §7.2's WCDelAckT) instead of 2 ms.
+#[test]
+fn tail_loss_probe_waits_for_the_peers_ack_delay() {
+    let cfg = TcpConfig {
+        peer_ack_delay: Some(ms(10)),
+        ..fast_config()
+    };
+    let n = tail_losses(cfg, &[29]);
+    let st = n.conn(0).stats();
+    assert_eq!((st.timeouts, st.tlp_probes), (0, 1));
+    let probe = *data_from_a(&n).last().unwrap();
+    let last_ack = n
+        .log
+        .iter()
+        .rfind(|s| s.from == 1 && s.at < probe.0)
+        .unwrap()
+        .at;
+    let srtt = n.conn(0).srtt().unwrap();
+    assert_eq!(probe.0, last_ack + ms(5) + 2 * srtt + ms(10));
+}
+
 #[test]
 fn tail_loss_probe_starts_recovery_for_several_tail_losses() {
     for cfg in tlp_configs() {
