@@ -1546,8 +1546,10 @@ impl Connection {
 
         // Eighth, FIN: it takes effect once everything before it has arrived.
         if !control_only && seg.has(flags::FIN) && !self.fin_received && self.rx_fin.is_none() {
-            self.rx_fin = Some(seg.seq + seg.payload.len() as u32);
-            self.ack_now = true;
+            let fin = seg.seq + seg.payload.len() as u32;
+            self.rx_fin = Some(fin);
+            // Out of order, at once (RFC 5681 §4.2); in order, as `check_fin` says.
+            self.ack_now |= fin != self.rcv_nxt;
         }
         self.check_fin(now);
     }
@@ -1963,7 +1965,17 @@ impl Connection {
         }
         self.fin_received = true;
         self.rcv_nxt = self.rcv_nxt + 1;
-        self.ack_now = true;
+        match (self.state, self.config.delayed_ack) {
+            // As Linux (which turns to delayed ACKs on a FIN): the application
+            // reads the end and closes at once as a rule, and its FIN then
+            // carries this ACK, one segment instead of two; the delayed-ACK
+            // bound holds if it does not.
+            (TcpState::Established, Some(delay)) => {
+                let due = now + delay;
+                self.ack_deadline = Some(self.ack_deadline.map_or(due, |t| t.min(due)));
+            }
+            _ => self.ack_now = true,
+        }
         match self.state {
             TcpState::SynReceived | TcpState::Established => self.state = TcpState::CloseWait,
             TcpState::FinWait1 if self.fin_acked() => self.enter_time_wait(now),

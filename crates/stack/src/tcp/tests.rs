@@ -1248,6 +1248,65 @@ fn the_first_read_sends_no_window_update_of_its_own() {
     assert!(scale > 1 && n.conn(1).recv_buffer() > 64 * 1024, "{scale}");
 }
 
+/// The ACK of the peer's FIN waits out the delayed-ACK bound (as Linux's
+/// turn to delayed ACKs on a FIN): an application that closes meanwhile
+/// sends one FIN+ACK instead of an ACK and a FIN. Without delayed ACKs, and
+/// when the FIN closes our own side, at once.
+#[test]
+fn the_ack_of_a_fin_waits_for_the_applications_close() {
+    for delay in [Some(ms(100)), None] {
+        let cfg = TcpConfig {
+            delayed_ack: delay,
+            ..fast_config()
+        };
+        for closes in [false, true] {
+            let mut n = established_pair(cfg.clone(), cfg.clone());
+            n.apps[0].close_when_written = true;
+            let before = n.log.len();
+            assert!(n.run_until(n.now + secs(1), |n| n.state(1) == TcpState::CloseWait));
+            let fin = last_from(&n, 0);
+            assert!(fin.has(flags::FIN));
+            if closes {
+                n.conn_mut(1).close();
+            }
+            n.run_until(n.now + ms(300), |_| false);
+            let from_b: Vec<Sent> = n.log[before..]
+                .iter()
+                .filter(|s| s.from == 1)
+                .copied()
+                .collect();
+            let first = from_b[0];
+            assert_eq!(first.ack, fin.seq + 1, "{delay:?} {closes}");
+            match (delay, closes) {
+                (Some(d), false) => {
+                    assert_eq!(first.at, fin.at + ms(5) + d);
+                    assert!(!first.has(flags::FIN));
+                }
+                (Some(_), true) => {
+                    assert!(first.has(flags::FIN), "{from_b:?}");
+                    assert_eq!(first.at, fin.at + ms(5));
+                }
+                (None, _) => assert_eq!(first.at, fin.at + ms(5)),
+            }
+        }
+    }
+    // A FIN that ends our side too (FIN-WAIT-2 to TIME-WAIT) is answered at
+    // once: nothing of ours is left to carry it.
+    let cfg = TcpConfig {
+        delayed_ack: Some(ms(100)),
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.apps[0].close_when_written = true;
+    assert!(n.run_until(n.now + secs(1), |n| n.state(0) == TcpState::FinWait2));
+    n.apps[1].close_when_written = true;
+    assert!(n.run_until(n.now + secs(1), |n| n.state(0) == TcpState::TimeWait));
+    let fin = last_from(&n, 1);
+    n.run_until(n.now + ms(50), |_| false);
+    let ack = last_from(&n, 0);
+    assert_eq!((ack.ack, ack.at), (fin.seq + 1, fin.at + ms(5)));
+}
+
 #[test]
 fn nagle_coalesces_small_writes() {
     for nagle in [true, false] {
