@@ -725,25 +725,7 @@ fn a_ping_pong_wakes_the_application_for_what_it_receives_only() {
     const N: usize = 200;
     let h = two_hosts("tcp-upcalls").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
-    let l = TcpListener::bind(&sb, (B, 8070)).unwrap();
-    let server = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_read_timeout(T).unwrap();
-        let mut b = [0u8; 4];
-        for _ in 0..N {
-            s.read_exact(&mut b).unwrap();
-            s.write_all(&b).unwrap();
-        }
-    });
-    let mut c = TcpStream::connect_timeout(&sa, (B, 8070), Duration::from_secs(5)).unwrap();
-    c.set_read_timeout(T).unwrap();
-    for i in 0..N {
-        c.write_all(&[i as u8; 4]).unwrap();
-        let mut b = [0u8; 4];
-        c.read_exact(&mut b).unwrap();
-        assert_eq!(b, [i as u8; 4]);
-    }
-    server.join().unwrap();
+    ping_pong(&sa, &sb, 8070, N, Duration::ZERO);
     let mut ca = exonet_shm::control::Client::connect(h.a.socket()).unwrap();
     let ep = ca
         .stats()
@@ -923,29 +905,34 @@ fn syns_answered_by_xdp_are_the_stacks_own_cookies() {
 /// that waited only for the 1 ms bound, one request in five was.
 #[test]
 fn a_slow_answer_draws_no_probe() {
-    const N: usize = 5;
     let h = two_hosts("tcp-slow").unwrap();
     let (sa, sb) = (stack(&h.a), stack(&h.b));
-    let l = TcpListener::bind(&sb, (B, 8070)).unwrap();
+    ping_pong(&sa, &sb, 8071, 5, Duration::from_millis(8));
+    let st = sa.stats().tcp;
+    assert_eq!(st.retransmitted, 0, "{st:#?}");
+}
+
+/// `n` 4-byte round trips from a client on `sa` to a server on `sb` at
+/// `port`, which answers each `answer_after` it read it.
+fn ping_pong(sa: &Stack, sb: &Stack, port: u16, n: usize, answer_after: Duration) {
+    let l = TcpListener::bind(sb, (B, port)).unwrap();
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_read_timeout(T).unwrap();
-        let mut req = [0u8; 4];
-        for _ in 0..N {
-            s.read_exact(&mut req).unwrap();
-            thread::sleep(Duration::from_millis(8));
-            s.write_all(&req).unwrap();
+        let mut b = [0u8; 4];
+        for _ in 0..n {
+            s.read_exact(&mut b).unwrap();
+            thread::sleep(answer_after);
+            s.write_all(&b).unwrap();
         }
     });
-    let mut c = TcpStream::connect_timeout(&sa, (B, 8070), Duration::from_secs(5)).unwrap();
+    let mut c = TcpStream::connect_timeout(sa, (B, port), Duration::from_secs(5)).unwrap();
     c.set_read_timeout(T).unwrap();
-    for i in 0..N {
+    for i in 0..n {
         c.write_all(&[i as u8; 4]).unwrap();
-        let mut got = [0u8; 4];
-        c.read_exact(&mut got).unwrap();
-        assert_eq!(got, [i as u8; 4]);
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b, [i as u8; 4]);
     }
     server.join().unwrap();
-    let st = sa.stats().tcp;
-    assert_eq!(st.retransmitted, 0, "{st:#?}");
 }

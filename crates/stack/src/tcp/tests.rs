@@ -2890,15 +2890,8 @@ fn tail_loss_probe_repairs_a_lost_last_segment() {
         // The probe is the last segment again, 2·SRTT + 2 ms (RFC 8985 §7.2) after
         // the last ACK came in (sent 5 ms before), not the 200 ms RTO.
         let data = data_from_a(&n);
-        let probe = data.last().unwrap();
+        let (probe, last_ack, srtt) = probe_timing(&n);
         assert_eq!(data.iter().filter(|d| d.1 == probe.1).count(), 2);
-        let last_ack = n
-            .log
-            .iter()
-            .rfind(|s| s.from == 1 && s.at < probe.0)
-            .unwrap()
-            .at;
-        let srtt = n.conn(0).srtt().unwrap();
         assert_eq!(srtt, ms(10));
         assert_eq!(probe.0, last_ack + ms(5) + 2 * srtt + ms(2), "{cfg:?}");
         // Its ACK shows it repaired a loss (the echo is the probe's, or there is
@@ -2931,15 +2924,21 @@ fn tail_loss_probe_waits_for_the_peers_ack_delay() {
     let n = tail_losses(cfg, &[29]);
     let st = n.conn(0).stats();
     assert_eq!((st.timeouts, st.tlp_probes), (0, 1));
-    let probe = *data_from_a(&n).last().unwrap();
+    let (probe, last_ack, srtt) = probe_timing(&n);
+    assert_eq!(probe.0, last_ack + ms(5) + 2 * srtt + ms(10));
+}
+
+/// The last data segment end 0 sent (a probe), when end 1 sent the last ACK
+/// before it, and end 0's SRTT.
+fn probe_timing(n: &Net) -> ((Time, u32, usize), Time, Duration) {
+    let probe = *data_from_a(n).last().unwrap();
     let last_ack = n
         .log
         .iter()
         .rfind(|s| s.from == 1 && s.at < probe.0)
         .unwrap()
         .at;
-    let srtt = n.conn(0).srtt().unwrap();
-    assert_eq!(probe.0, last_ack + ms(5) + 2 * srtt + ms(10));
+    (probe, last_ack, n.conn(0).srtt().unwrap())
 }
 
 #[test]
