@@ -1013,12 +1013,14 @@ impl Mux {
         });
         let filter = self.dpf.insert_any(filters)?;
         let id = ChannelId(filter.0);
-        let followed = spec.as_ref().and_then(conn_tuple).map(|t| {
-            self.conn_channels.insert(t, id.0);
-            self.followed.take(ep.0, &t).unwrap_or_default()
-        });
-        let (conn, quiet) = match followed {
-            Some((conn, quiet)) => (Some(conn), quiet),
+        // A connection's channel takes over what was followed of it on its
+        // listener's, "quiet" included.
+        let (conn, quiet) = match spec.as_ref().and_then(conn_tuple) {
+            Some(t) => {
+                self.conn_channels.insert(t, id.0);
+                let (conn, quiet) = self.followed.take(ep.0, &t).unwrap_or_default();
+                (Some(conn), quiet)
+            }
             None => (None, false),
         };
         let text = spec.is_none().then(|| {

@@ -1971,8 +1971,7 @@ impl Connection {
             // carries this ACK, one segment instead of two; the delayed-ACK
             // bound holds if it does not.
             (TcpState::Established, Some(delay)) => {
-                let due = now + delay;
-                self.ack_deadline = Some(self.ack_deadline.map_or(due, |t| t.min(due)));
+                self.ack_deadline = earlier(self.ack_deadline, Some(now + delay));
             }
             _ => self.ack_now = true,
         }
