@@ -109,6 +109,10 @@ impl Default for StackConfig {
                 // writes at once carries the ACK, instead of a frame of its
                 // own before it. U-Net §7.8's objection was to BSD's 200 ms.
                 delayed_ack: Some(Duration::from_millis(1)),
+                // As Linux's: a bulk receiver over veth sent 1 ACK per 2.1
+                // segments against Linux's 1 per 7.3, each a frame through
+                // both multiplexers and the sender's stack.
+                ack_on_read: true,
                 // A peer of these sockets whose application is away from its
                 // stack has its delayed ACKs sent by the keeper, at its next
                 // tick: a lone segment's probe that waited only for the 1 ms

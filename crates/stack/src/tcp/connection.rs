@@ -100,6 +100,14 @@ pub struct TcpConfig {
     /// ACK at least for every second segment); `None` acknowledges every segment at
     /// once, which suits low-latency links (U-Net §7.8).
     pub delayed_ack: Option<Duration>,
+    /// With [`TcpConfig::delayed_ack`]: while the application falls behind (more
+    /// unread data than at our last ACK), the ACK owed for every second segment
+    /// waits for its next read, which it then carries with the window that read
+    /// opened, or for the delayed-ACK bound. Linux acknowledges so
+    /// (`__tcp_ack_snd_check`, `tcp_cleanup_rbuf`): RFC 9293 §3.8.6.3's "at least
+    /// every second full-sized segment" is a SHOULD, and an ACK that cannot move
+    /// the window's right edge only costs both ends a frame. Off keeps to it.
+    pub ack_on_read: bool,
     /// Nagle's algorithm (RFC 9293 §3.7.4): hold back small segments while data is
     /// unacknowledged. Off is TCP_NODELAY.
     pub nagle: bool,
@@ -203,6 +211,7 @@ impl Default for TcpConfig {
             msl: Duration::from_secs(30),
             fin_wait2_timeout: Duration::from_secs(60),
             delayed_ack: None,
+            ack_on_read: false,
             nagle: true,
             keepalive: None,
             challenge_ack_limit: 100,
@@ -583,6 +592,8 @@ pub struct Connection {
     ack_deadline: Option<Time>,
     /// Segments received since our last ACK, for the every-second-segment rule.
     unacked_segments: u32,
+    /// Unread bytes when our last ACK went ([`TcpConfig::ack_on_read`]).
+    unread_at_ack: usize,
     time_wait_deadline: Option<Time>,
     /// The application closed its socket: FIN-WAIT-2 is bounded.
     abandoned: bool,
@@ -698,6 +709,7 @@ impl Connection {
             dup_acks_owed: 0,
             ack_deadline: None,
             unacked_segments: 0,
+            unread_at_ack: 0,
             time_wait_deadline: None,
             abandoned: false,
             fin_wait2_deadline: None,
@@ -993,7 +1005,10 @@ impl Connection {
             // for our answer.
             let left = self.rcv_adv.distance_from(self.rcv_nxt);
             let opens = |free: u32| free >= left + self.sws_threshold() && free >= 2 * left;
-            if opens(self.free_window()) && !opens(before) {
+            // The ACK owed for every second segment, held back for this read
+            // (`TcpConfig::ack_on_read`).
+            let owed = self.config.ack_on_read && self.unacked_segments >= 2;
+            if owed || (opens(self.free_window()) && !opens(before)) {
                 self.ack_now = true;
             }
         }
@@ -1878,7 +1893,8 @@ impl Connection {
         match self.config.delayed_ack {
             Some(delay) => {
                 self.unacked_segments += 1;
-                if self.unacked_segments >= 2 {
+                let behind = self.config.ack_on_read && self.recv.len() > self.unread_at_ack;
+                if self.unacked_segments >= 2 && !behind {
                     self.ack_now = true;
                 } else if self.ack_deadline.is_none() {
                     self.ack_deadline = Some(now + delay);
@@ -2925,6 +2941,7 @@ impl Connection {
             self.ack_now = false;
             self.ack_deadline = None;
             self.unacked_segments = 0;
+            self.unread_at_ack = self.recv.len();
             self.last_ack_sent = self.rcv_nxt;
             if self.dsack.take().is_some() {
                 self.stats.dsacks_sent += 1;

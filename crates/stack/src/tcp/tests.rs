@@ -726,6 +726,7 @@ proptest! {
         b_len in 0usize..40_000,
         nagle: bool,
         delayed_ack: bool,
+        ack_on_read: bool,
         mss in 100u16..1460,
         recv_buffer in 200usize..300_000,
         read_chunk in 0usize..3000,
@@ -757,6 +758,7 @@ proptest! {
             mss,
             recv_buffer,
             delayed_ack: delayed_ack.then_some(ms(40)),
+            ack_on_read,
             window_scaling,
             timestamps: timestamps & 1 != 0,
             sack: sack & 1 != 0,
@@ -1214,6 +1216,57 @@ fn delayed_ack() {
         n.wire.is_empty() && n.conn(0).send_queue_len() == 0
     });
     assert_eq!(last_from(&n, 1).at, last_from(&n, 0).at + ms(5) + ms(499));
+}
+
+/// End 1's ACKs (time since the send, ACK number) of three full segments
+/// sent at once from end 0 and arriving 1 ms apart, with `ack_on_read` at
+/// end 1, whose application starts to read at the first event `read_after`
+/// the send or later (never: `None`).
+fn acks_of_three(ack_on_read: bool, read_after: Option<Duration>) -> Vec<(Duration, u32)> {
+    let cfg = TcpConfig {
+        // Under the sender's probe timeout (2·SRTT + 2 ms, 22 ms here) of a
+        // flight of three.
+        delayed_ack: Some(ms(10)),
+        ack_on_read,
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = ms(1);
+    n.apps[1].read = read_after == Some(Duration::ZERO);
+    // Three segments: RFC 3390's initial window of 4380 bytes.
+    n.apps[0].out = pattern(3 * n.conn(0).send_mss(), 0);
+    let sent = n.now;
+    let before = n.log.len();
+    n.step();
+    if let Some(after) = read_after {
+        n.run_until(sent + secs(1), |n| n.now >= sent + after);
+        n.apps[1].read = true;
+    }
+    n.run_until(n.now + secs(1), |n| {
+        n.wire.is_empty() && n.conn(0).send_queue_len() == 0
+    });
+    n.log[before..]
+        .iter()
+        .filter(|s| s.from == 1)
+        .map(|s| (s.at.saturating_duration_since(sent), s.ack))
+        .collect()
+}
+
+/// `TcpConfig::ack_on_read`: the ACK owed for every second segment waits
+/// for the application's read while it has not read what came (as Linux's),
+/// and goes with that read, or at the delayed-ACK bound. A reader that keeps
+/// up is acknowledged as without it. Off, every second segment at once.
+#[test]
+fn an_ack_waits_for_the_read_of_an_application_behind() {
+    let strict = acks_of_three(false, None);
+    let end = strict[1].1;
+    // 5 ms of delay; the segments arrive at 5, 6 and 7 ms.
+    assert_eq!(strict, [(ms(6), end - 1448), (ms(17), end)], "{strict:?}");
+    assert_eq!(acks_of_three(false, Some(Duration::ZERO)), strict);
+    assert_eq!(acks_of_three(true, Some(Duration::ZERO)), strict);
+    // Behind: nothing until the bound, or until the read.
+    assert_eq!(acks_of_three(true, None), [(ms(15), end)]);
+    assert_eq!(acks_of_three(true, Some(ms(7))), [(ms(7), end)]);
 }
 
 /// A receive buffer past the SYN's unscaled 64 KB: the window is already
