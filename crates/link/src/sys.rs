@@ -157,7 +157,8 @@ pub fn ifreq_name(ifr: &libc::ifreq) -> String {
 
 /// Issues an interface ioctl on `fd` (any socket).
 pub fn ioctl_ifreq(fd: RawFd, req: libc::c_ulong, ifr: &mut libc::ifreq) -> io::Result<()> {
-    // SAFETY: every request used here reads and writes within one `ifreq`.
+    // SAFETY: every request used here reads and writes within one `ifreq`, and
+    // SIOCETHTOOL within the live buffer its `ifru_data` points to.
     cvt(unsafe { libc::ioctl(fd, req as _, ifr as *mut libc::ifreq) }).map(drop)
 }
 
@@ -176,6 +177,29 @@ pub fn if_mtu_mac(fd: RawFd, name: &str) -> io::Result<(usize, [u8; 6])> {
         *d = *s as u8;
     }
     Ok((usize::try_from(mtu).unwrap_or(0), mac))
+}
+
+/// The name of the driver of interface `name` (`ETHTOOL_GDRVINFO`), asked
+/// through socket `fd`.
+pub fn if_driver(fd: RawFd, name: &str) -> io::Result<String> {
+    const ETHTOOL_GDRVINFO: u32 = 3;
+    /// `struct ethtool_drvinfo`.
+    #[repr(C)]
+    struct DrvInfo {
+        cmd: u32,
+        driver: [u8; 32],
+        rest: [u8; 32 * 4 + 12 + 4 * 5],
+    }
+    let mut info = DrvInfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 32 * 4 + 12 + 4 * 5],
+    };
+    let mut ifr = ifreq(name)?;
+    ifr.ifr_ifru.ifru_data = (&mut info as *mut DrvInfo).cast();
+    ioctl_ifreq(fd, libc::SIOCETHTOOL, &mut ifr)?;
+    let len = info.driver.iter().position(|&c| c == 0).unwrap_or(32);
+    Ok(String::from_utf8_lossy(&info.driver[..len]).into_owned())
 }
 
 /// Index of interface `name`.

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use exonet_link::afpacket::{self, AfPacket, RxMode};
-use exonet_link::afxdp::AfXdp;
+use exonet_link::afxdp::{self, AfXdp, XdpMode};
 use exonet_link::tap::Tap;
 use exonet_link::Link;
 use exonet_wire::ethernet::ethertype;
@@ -346,13 +346,23 @@ fn tap_to_afpacket_frames_and_back() {
     tap_to_afpacket_and_back(RxMode::Frames, "tapf");
 }
 
+/// Both places the program can run (`XdpMode`): a veth takes either.
 #[test]
-fn afxdp_over_veth() {
+fn afxdp_over_veth_native() {
+    afxdp_over_veth(XdpMode::Native, "xdpn");
+}
+
+#[test]
+fn afxdp_over_veth_generic() {
+    afxdp_over_veth(XdpMode::Generic, "xdpg");
+}
+
+fn afxdp_over_veth(mode: XdpMode, tag: &str) {
     if !is_root() {
         println!("skipped: needs root");
         return;
     }
-    let ns = Netns::new("xdp");
+    let ns = Netns::new(tag);
     let (c_name, d_name) = (
         format!("exo-c{}", std::process::id()),
         format!("exo-d{}", std::process::id()),
@@ -364,8 +374,12 @@ fn afxdp_over_veth() {
     ip(&["-n", &ns.0, "link", "set", &d_name, "up"]);
     ns.run(|| {
         let mut c = AfPacket::open(&c_name).unwrap();
-        let mut d = AfXdp::open(&d_name).unwrap();
-        assert_eq!(d.ifname(), d_name);
+        let cfg = afxdp::Config {
+            mode,
+            ..afxdp::Config::default()
+        };
+        let mut d = AfXdp::with_config(&d_name, cfg).unwrap();
+        assert_eq!((d.ifname(), d.mode()), (&d_name[..], mode));
 
         // In bursts: veth queues only a few hundred frames for XDP.
         let inbound = frames(c.mac(), d.mac(), 1000);
@@ -475,6 +489,8 @@ fn afxdp_steers_its_addresses_and_linux_keeps_its_own() {
     }
     let p = pair("sl");
     let mut xdp = p.exo.run(|| AfXdp::open_for(&p.x_name, &[EXO]).unwrap());
+    // A veth's program runs generic unless told (`XdpMode::Auto`).
+    assert_eq!(xdp.mode(), XdpMode::Generic);
     let host = p.exo.run(|| UdpSocket::bind((HOST, 40_001)).unwrap());
     let peer = p.peer.run(|| UdpSocket::bind((PEER, 40_000)).unwrap());
     let xdp_mac = xdp.mac();

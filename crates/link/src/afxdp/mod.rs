@@ -13,6 +13,15 @@
 //! short to hold the field the decision needs are passed. Either way a redirect falls
 //! back to the kernel stack if the socket is gone.
 //!
+//! Where the program runs is [`Config::mode`]: in the driver (native XDP) where
+//! the driver has it, except on a veth, where it runs on the skb (generic XDP).
+//! A veth's native XDP takes every frame the peer sends as an skb and copies it
+//! into a page of its own before the program sees it (its head is never the
+//! page-backed one native XDP needs); generic XDP only widens the skb's
+//! headroom. Measured over a veth pair, exonet ↔ exonet (1 GB, copy mode): a
+//! fifth more throughput in process and a third more through daemons, the
+//! same round trips, connection rates and bulk from Linux.
+//!
 //! The program stays attached through a BPF link owned by the [`AfXdp`], so it is
 //! detached when the link is dropped or the process dies. Traffic on other queues
 //! still goes to the kernel: on a multi-queue NIC, steer what exonet owns to the bound
@@ -79,7 +88,26 @@ pub struct Config {
     /// answering them go to the socket, the rest to Linux. Empty: every frame goes to
     /// the socket. At most [`MAX_STEER`].
     pub steer: Vec<Ipv4Addr>,
+    /// Where the XDP program runs.
+    pub mode: XdpMode,
 }
+
+/// Where the XDP program runs (the attach's `XDP_FLAGS_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Generic on a veth (see the [module documentation](self)); elsewhere
+    /// native, or generic if the driver has no XDP of its own.
+    #[default]
+    Auto,
+    /// In the driver (`XDP_FLAGS_DRV_MODE`): the attach fails where the
+    /// driver has no XDP.
+    Native,
+    /// On the skb, after the driver (`XDP_FLAGS_SKB_MODE`).
+    Generic,
+}
+
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 impl Default for Config {
     /// Queue 0; 4096 chunks of 2048 bytes; rings of 2048 entries; every frame.
@@ -90,6 +118,7 @@ impl Default for Config {
             frame_size: 2048,
             ring_size: 2048,
             steer: Vec::new(),
+            mode: XdpMode::Auto,
         }
     }
 }
@@ -155,6 +184,8 @@ impl Ring {
 pub struct AfXdp {
     // Dropped first: detaching the program stops redirection before the socket goes.
     _xdp_link: OwnedFd,
+    /// Where the program runs: [`Config::mode`] resolved.
+    mode: XdpMode,
     _prog: OwnedFd,
     _map: OwnedFd,
     /// The listeners whose SYNs the program answers ([`Link::answer_syns`]).
@@ -210,7 +241,8 @@ impl AfXdp {
         // SAFETY: plain system call, no pointers.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let ifindex = sys::if_index(ifname)?;
-        let (mtu, mac) = sys::if_mtu_mac(sys::ioctl_socket()?.as_raw_fd(), ifname)?;
+        let ioctl = sys::ioctl_socket()?;
+        let (mtu, mac) = sys::if_mtu_mac(ioctl.as_raw_fd(), ifname)?;
         let frame_size = cfg.frame_size as usize;
         if !cfg.frame_size.is_power_of_two()
             || !(2048..=page).contains(&frame_size)
@@ -323,17 +355,41 @@ impl AfXdp {
         )?;
         let syns = syn_map()?;
         let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &cfg.steer))?;
-        let mut attr = Attr::default();
-        attr.put_u32(0, prog.as_raw_fd() as u32);
-        attr.put_u32(4, ifindex as u32);
-        attr.put_u32(8, BPF_XDP);
-        let xdp_link =
-            sys::owned(bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
-                io::Error::new(e.kind(), format!("attaching XDP to {ifname}: {e}"))
-            })?)?;
+        let attach = |mode: XdpMode| {
+            let mut attr = Attr::default();
+            attr.put_u32(0, prog.as_raw_fd() as u32);
+            attr.put_u32(4, ifindex as u32);
+            attr.put_u32(8, BPF_XDP);
+            attr.put_u32(
+                12,
+                match mode {
+                    XdpMode::Generic => XDP_FLAGS_SKB_MODE,
+                    _ => XDP_FLAGS_DRV_MODE,
+                },
+            );
+            bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("attaching XDP to {ifname} ({mode:?}): {e}"),
+                )
+            })
+        };
+        let (xdp_link, mode) = match cfg.mode {
+            XdpMode::Auto if sys::if_driver(ioctl.as_raw_fd(), ifname)? == "veth" => {
+                (attach(XdpMode::Generic)?, XdpMode::Generic)
+            }
+            // A driver without XDP refuses the native attach.
+            XdpMode::Auto => match attach(XdpMode::Native) {
+                Ok(l) => (l, XdpMode::Native),
+                Err(_) => (attach(XdpMode::Generic)?, XdpMode::Generic),
+            },
+            m => (attach(m)?, m),
+        };
+        let xdp_link = sys::owned(xdp_link)?;
 
         Ok(AfXdp {
             _xdp_link: xdp_link,
+            mode,
             _prog: prog,
             _map: map,
             syns,
@@ -360,6 +416,11 @@ impl AfXdp {
     /// The interface the socket is bound to.
     pub fn ifname(&self) -> &str {
         &self.ifname
+    }
+
+    /// Where the XDP program runs.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
     }
 
     /// Tells the kernel to send what the tx ring holds, without waiting. In copy
