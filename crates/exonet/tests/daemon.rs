@@ -25,6 +25,10 @@ fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
     procs.0.push(daemon(&dir, "a", "10.0.0.1/24"));
     procs.0.push(daemon(&dir, "b", "10.0.0.2/24"));
     let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+    // The multiplexer runs ahead of the applications, where it may.
+    // SAFETY: plain system call, no pointers.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert_eq!(nice_of(procs.0[0].id()), if root { -10 } else { 0 });
     let echo = exonet()
         .args(["raw-echo", "--port", "7", "--socket"])
         .arg(&sa)
@@ -106,18 +110,62 @@ fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
     assert!(c.is_connected());
 }
 
+/// The nice value of process `pid` (`/proc/PID/stat`'s 19th field).
+fn nice_of(pid: u32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis, from the 3rd.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
 #[test]
 fn bad_command_lines_are_refused_clearly() {
-    for args in [
-        &["daemon", "--link", "bogus", "--ip", "10.0.0.1/24"][..],
-        &["daemon", "--link", "memwire", "--ip", "10.0.0.1"],
-        &["daemon", "--link", "memwire", "--ip", "10.0.0.1/33"],
-        &["daemon", "--link", "tap", "--ip", "10.0.0.1/24"],
-        &["stats", "--socket", "/nonexistent/exonet.sock"],
+    for (args, says) in [
+        (
+            &["daemon", "--link", "bogus", "--ip", "10.0.0.1/24"][..],
+            "exonet",
+        ),
+        (
+            &["daemon", "--link", "memwire", "--ip", "10.0.0.1"],
+            "exonet",
+        ),
+        (
+            &["daemon", "--link", "memwire", "--ip", "10.0.0.1/33"],
+            "exonet",
+        ),
+        (
+            &["daemon", "--link", "tap", "--ip", "10.0.0.1/24"],
+            "exonet",
+        ),
+        (&["stats", "--socket", "/nonexistent/exonet.sock"], "exonet"),
+        (
+            &[
+                "daemon",
+                "--link",
+                "memwire",
+                "--ip",
+                "10.0.0.1/24",
+                "--nice",
+                "-21",
+            ],
+            "-20..=19",
+        ),
+        (
+            &[
+                "daemon",
+                "--link",
+                "memwire",
+                "--ip",
+                "10.0.0.1/24",
+                "--nice",
+                "20",
+            ],
+            "-20..=19",
+        ),
     ] {
         let out = exonet().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("exonet"), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
     }
 }
