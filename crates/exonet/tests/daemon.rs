@@ -120,52 +120,25 @@ fn nice_of(pid: u32) -> i32 {
 
 #[test]
 fn bad_command_lines_are_refused_clearly() {
-    for (args, says) in [
-        (
-            &["daemon", "--link", "bogus", "--ip", "10.0.0.1/24"][..],
-            "exonet",
-        ),
-        (
-            &["daemon", "--link", "memwire", "--ip", "10.0.0.1"],
-            "exonet",
-        ),
-        (
-            &["daemon", "--link", "memwire", "--ip", "10.0.0.1/33"],
-            "exonet",
-        ),
-        (
-            &["daemon", "--link", "tap", "--ip", "10.0.0.1/24"],
-            "exonet",
-        ),
-        (&["stats", "--socket", "/nonexistent/exonet.sock"], "exonet"),
-        (
-            &[
-                "daemon",
-                "--link",
-                "memwire",
-                "--ip",
-                "10.0.0.1/24",
-                "--nice",
-                "-21",
-            ],
-            "-20..=19",
-        ),
-        (
-            &[
-                "daemon",
-                "--link",
-                "memwire",
-                "--ip",
-                "10.0.0.1/24",
-                "--nice",
-                "20",
-            ],
-            "-20..=19",
-        ),
+    for args in [
+        &["daemon", "--link", "bogus", "--ip", "10.0.0.1/24"][..],
+        &["daemon", "--link", "memwire", "--ip", "10.0.0.1"],
+        &["daemon", "--link", "memwire", "--ip", "10.0.0.1/33"],
+        &["daemon", "--link", "tap", "--ip", "10.0.0.1/24"],
+        &["stats", "--socket", "/nonexistent/exonet.sock"],
     ] {
-        let out = exonet().args(args).output().unwrap();
-        assert!(!out.status.success(), "{args:?} succeeded");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(says), "{args:?}: {err}");
+        refused(args, "exonet");
     }
+    for nice in ["-21", "20"] {
+        let args = ["daemon", "--link", "memwire", "--ip", "10.0.0.1/24"];
+        refused(&[&args[..], &["--nice", nice]].concat(), "-20..=19");
+    }
+}
+
+/// Runs `exonet args`, which must fail and say `says` on stderr.
+fn refused(args: &[&str], says: &str) {
+    let out = exonet().args(args).output().unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(says), "{args:?}: {err}");
 }
