@@ -346,6 +346,30 @@ fn tap_to_afpacket_frames_and_back() {
     tap_to_afpacket_and_back(RxMode::Frames, "tapf");
 }
 
+/// `XdpMode::Auto` off a veth: native where the driver has XDP (a TAP's
+/// does), and the frames come through it.
+#[test]
+fn afxdp_runs_native_on_a_tap() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let ns = Netns::new("xdpt");
+    let name = format!("exo-u{}", std::process::id());
+    ns.run(|| {
+        let mut tap = Tap::open(&name).unwrap();
+        ip(&["-n", &ns.0, "link", "set", &name, "up"]);
+        let mut xdp = AfXdp::open(&name).unwrap();
+        assert_eq!(xdp.mode(), XdpMode::Native);
+        let inbound = frames(tap.mac(), tap.kernel_mac(), 20);
+        send_all(&mut tap, &inbound);
+        assert_frames(
+            &recv_test_frames(&mut xdp, inbound.len(), PATIENCE),
+            &inbound,
+        );
+    });
+}
+
 /// Both places the program can run (`XdpMode`): a veth takes either.
 #[test]
 fn afxdp_over_veth_native() {

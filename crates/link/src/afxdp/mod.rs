@@ -378,10 +378,12 @@ impl AfXdp {
             XdpMode::Auto if sys::if_driver(ioctl.as_raw_fd(), ifname)? == "veth" => {
                 (attach(XdpMode::Generic)?, XdpMode::Generic)
             }
-            // A driver without XDP refuses the native attach.
+            // A driver without XDP refuses the native attach (EOPNOTSUPP).
             XdpMode::Auto => match attach(XdpMode::Native) {
-                Ok(l) => (l, XdpMode::Native),
-                Err(_) => (attach(XdpMode::Generic)?, XdpMode::Generic),
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    (attach(XdpMode::Generic)?, XdpMode::Generic)
+                }
+                l => (l?, XdpMode::Native),
             },
             m => (attach(m)?, m),
         };
