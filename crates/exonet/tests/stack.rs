@@ -90,6 +90,18 @@ fn timeouts_nonblocking_and_errors() {
         ErrorKind::ConnectionRefused
     );
     assert_eq!(sa.stats().sockets.icmp_errors, 1);
+    // A neighbour that never answers ARP: a blocking send gives up after
+    // the ARP bound, and says why.
+    let mut config = StackConfig::default();
+    config.arp.give_up = Duration::from_millis(300);
+    let quick = Stack::open_with(h.a.socket(), &config).unwrap();
+    let s = bound(&quick, 0);
+    let started = std::time::Instant::now();
+    let nobody = Ipv4Addr::new(A.octets()[0], A.octets()[1], A.octets()[2], 77);
+    let e = s.send_to(b"x", (nobody, 9)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::HostUnreachable, "{e}");
+    assert!(e.to_string().contains("did not answer ARP"), "{e}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
 #[test]

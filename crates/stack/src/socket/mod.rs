@@ -657,11 +657,19 @@ impl Shared {
             let s = g.sock(id);
             (Wait::new(s.nonblocking, s.write_timeout), g.arp_give_up())
         };
-        let started = Instant::now();
+        // From the first answer that the neighbour is unresolved, not per
+        // try: a UDP sender retrying for buffers (1472-byte datagrams through
+        // a daemon) spent a seventh of its samples reading the clock, here
+        // and in the pump.
+        let mut started = None;
         let sent = self.wait_for(wait, |g| match send(g) {
             Ok(()) => Some(Ok(())),
             Err(SendError::Full) => None,
-            Err(SendError::Unresolved) if started.elapsed() < give_up => None,
+            Err(SendError::Unresolved)
+                if started.get_or_insert_with(Instant::now).elapsed() < give_up =>
+            {
+                None
+            }
             Err(SendError::Unresolved) => Some(Err(io::Error::new(
                 io::ErrorKind::HostUnreachable,
                 format!("{dst} did not answer ARP"),
