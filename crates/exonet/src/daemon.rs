@@ -19,7 +19,9 @@ use exonet_shm::control::{connect_or_remove_dead, default_socket_path, SeqListen
 pub struct DaemonArgs {
     /// The link: `memwire[:RENDEZVOUS]` (an in-memory cable; the first
     /// daemon at RENDEZVOUS creates it, the second joins), `tap:NAME`,
-    /// `afpacket:IFACE[:frames]` or `afxdp:IFACE[:QUEUE]`. AF_PACKET
+    /// `afpacket:IFACE[:frames]` or `afxdp:IFACE[:QUEUE][:native|:generic]`
+    /// (where its XDP program runs: by default generic on a veth, native
+    /// elsewhere). AF_PACKET
     /// receives in blocks (TPACKET_V3: for throughput, but a lone frame
     /// waits up to 1 ms); `:frames` hands each frame over at once
     /// (TPACKET_V2: for latency).
@@ -185,33 +187,43 @@ pub(crate) fn open_link(
             AfPacket::with_config(iface, cfg).map(|l| Box::new(l) as Box<dyn Link>)
         }
         "afxdp" => {
-            let (iface, queue) = match need("IFACE")?.split_once(':') {
-                Some((i, q)) => (
-                    i,
-                    q.parse()
-                        .map_err(|_| format!("`{q}` is not a queue number"))?,
-                ),
-                None => (rest, 0),
-            };
+            let (iface, cfg) =
+                afxdp_spec(need("IFACE")?).map_err(|e| format!("--link {spec}: {e}"))?;
             // Only frames for our addresses come to us; Linux keeps the
             // rest of the interface's traffic.
-            afxdp::AfXdp::with_config(
-                iface,
-                afxdp::Config {
-                    queue,
-                    steer: addrs.to_vec(),
-                    ..afxdp::Config::default()
-                },
-            )
-            .map(|l| Box::new(l) as Box<dyn Link>)
+            let cfg = afxdp::Config {
+                steer: addrs.to_vec(),
+                ..cfg
+            };
+            afxdp::AfXdp::with_config(iface, cfg).map(|l| Box::new(l) as Box<dyn Link>)
         }
         _ => {
             return Err(format!(
-                "unknown link `{spec}`: use memwire[:PATH], tap:NAME, afpacket:IFACE[:frames] or afxdp:IFACE[:QUEUE]"
+                "unknown link `{spec}`: use memwire[:PATH], tap:NAME, afpacket:IFACE[:frames] or afxdp:IFACE[:QUEUE][:native|:generic]"
             ))
         }
     };
     opened.map_err(|e| format!("--link {spec}: {e}"))
+}
+
+/// `IFACE[:QUEUE][:native|:generic]` of an `afxdp` link: the interface, and
+/// its queue and XDP mode in a configuration.
+fn afxdp_spec(rest: &str) -> Result<(&str, afxdp::Config), String> {
+    let mut parts = rest.split(':');
+    let iface = parts.next().unwrap_or_default();
+    let mut cfg = afxdp::Config::default();
+    for p in parts {
+        match p {
+            "native" => cfg.mode = afxdp::XdpMode::Native,
+            "generic" => cfg.mode = afxdp::XdpMode::Generic,
+            q => {
+                cfg.queue = q.parse().map_err(|_| {
+                    format!("`{q}` is neither a queue number nor an XDP mode (native, generic)")
+                })?
+            }
+        }
+    }
+    Ok((iface, cfg))
 }
 
 /// One end of a memwire cable shared through a rendezvous socket: joins
@@ -308,5 +320,30 @@ mod tests {
             panic!("afpacket:lo:fast accepted");
         };
         assert!(e.contains("unknown AF_PACKET mode `fast`"), "{e}");
+    }
+
+    #[test]
+    fn afxdp_spec_takes_a_queue_and_a_mode() {
+        use afxdp::XdpMode::{Auto, Generic, Native};
+        for (rest, queue, mode) in [
+            ("eth0", 0, Auto),
+            ("eth0:3", 3, Auto),
+            ("eth0:native", 0, Native),
+            ("eth0:2:generic", 2, Generic),
+        ] {
+            let (iface, cfg) = afxdp_spec(rest).unwrap();
+            assert_eq!(
+                (iface, cfg.queue, cfg.mode),
+                ("eth0", queue, mode),
+                "{rest}"
+            );
+        }
+        let Err(e) = open_link("afxdp:lo:fast", &[], Path::new("/nonexistent")) else {
+            panic!("afxdp:lo:fast accepted");
+        };
+        assert!(
+            e.contains("`fast` is neither a queue number nor an XDP mode"),
+            "{e}"
+        );
     }
 }
