@@ -304,11 +304,20 @@ pub(crate) const MAX_FOLLOWED: usize = 1024;
 /// [`MAX_FOLLOWED`].
 #[derive(Default)]
 pub(crate) struct Followed {
-    /// By 4-tuple: the endpoint, what is known, and whether a segment it
-    /// sent asked for the connection's channel to be quiet.
-    by_tuple: HashMap<Tuple, (u32, ConnTrack, bool)>,
+    /// By 4-tuple.
+    by_tuple: HashMap<Tuple, FollowedConn>,
     /// How many each endpoint has.
     count: HashMap<u32, usize>,
+}
+
+/// One connection [`Followed`] on a listener's channel.
+struct FollowedConn {
+    /// The endpoint that accepted it.
+    owner: u32,
+    /// What is known of it.
+    conn: ConnTrack,
+    /// A segment it sent asked for its own channel to be quiet.
+    quiet: bool,
 }
 
 impl Followed {
@@ -320,10 +329,10 @@ impl Followed {
     /// not. False if it was one to follow and could not be: the endpoint
     /// has its most.
     pub fn on_sent(&mut self, ep: u32, t: Tuple, fl: u8, frame: &[u8], quiet: bool) -> bool {
-        if let Some((owner, conn, q)) = self.by_tuple.get_mut(&t) {
-            if *owner == ep {
-                conn.on_sent(frame);
-                *q |= quiet;
+        if let Some(f) = self.by_tuple.get_mut(&t) {
+            if f.owner == ep {
+                f.conn.on_sent(frame);
+                f.quiet |= quiet;
             }
             return true;
         }
@@ -337,7 +346,14 @@ impl Followed {
         *n += 1;
         let mut conn = ConnTrack::default();
         conn.on_sent(frame);
-        self.by_tuple.insert(t, (ep, conn, quiet));
+        self.by_tuple.insert(
+            t,
+            FollowedConn {
+                owner: ep,
+                conn,
+                quiet,
+            },
+        );
         true
     }
 
@@ -350,9 +366,9 @@ impl Followed {
         let Some((t, _)) = tuple(frame, false) else {
             return;
         };
-        if let Some((owner, conn, _)) = self.by_tuple.get_mut(&t) {
-            if *owner == ep {
-                conn.on_received(frame, now);
+        if let Some(f) = self.by_tuple.get_mut(&t) {
+            if f.owner == ep {
+                f.conn.on_received(frame, now);
             }
         }
     }
@@ -360,12 +376,11 @@ impl Followed {
     /// What endpoint `ep` followed of connection `t`, whose own channel it
     /// now has, and whether that channel is to be quiet.
     pub fn take(&mut self, ep: u32, t: &Tuple) -> Option<(ConnTrack, bool)> {
-        match self.by_tuple.get(t) {
-            Some(&(owner, ..)) if owner == ep => {}
-            _ => return None,
+        if self.by_tuple.get(t).is_none_or(|f| f.owner != ep) {
+            return None;
         }
         self.forget(ep);
-        self.by_tuple.remove(t).map(|(_, c, q)| (c, q))
+        self.by_tuple.remove(t).map(|f| (f.conn, f.quiet))
     }
 
     /// Endpoint `ep`'s connections on `local` (all of them for `None`),
@@ -377,13 +392,13 @@ impl Followed {
         let gone: Vec<Tuple> = self
             .by_tuple
             .iter()
-            .filter(|(t, (owner, ..))| *owner == ep && local.is_none_or(|l| t.local == l))
+            .filter(|(t, f)| f.owner == ep && local.is_none_or(|l| t.local == l))
             .map(|(t, _)| *t)
             .collect();
         gone.into_iter()
             .filter_map(|t| {
                 self.forget(ep);
-                self.by_tuple.remove(&t).map(|(_, c, _)| (t, c))
+                self.by_tuple.remove(&t).map(|f| (t, f.conn))
             })
             .collect()
     }
