@@ -126,7 +126,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
             .map(|(a, l)| format!("{a}/{l}"))
             .collect::<Vec<_>>()
             .join(" "),
-        socket.display(),
+        socket.display()
     );
     let r = daemon.run().map_err(|e| format!("multiplexer: {e}"));
     eprintln!("exonet daemon: stopped");

@@ -183,17 +183,20 @@ pub fn if_mtu_mac(fd: RawFd, name: &str) -> io::Result<(usize, [u8; 6])> {
 /// through socket `fd`.
 pub fn if_driver(fd: RawFd, name: &str) -> io::Result<String> {
     const ETHTOOL_GDRVINFO: u32 = 3;
+    /// The fields of `struct ethtool_drvinfo` after `driver`: four strings
+    /// of 32 bytes, 12 reserved bytes and five `u32` counts.
+    const REST: usize = 32 * 4 + 12 + 4 * 5;
     /// `struct ethtool_drvinfo`.
     #[repr(C)]
     struct DrvInfo {
         cmd: u32,
         driver: [u8; 32],
-        rest: [u8; 32 * 4 + 12 + 4 * 5],
+        rest: [u8; REST],
     }
     let mut info = DrvInfo {
         cmd: ETHTOOL_GDRVINFO,
         driver: [0; 32],
-        rest: [0; 32 * 4 + 12 + 4 * 5],
+        rest: [0; REST],
     };
     let mut ifr = ifreq(name)?;
     ifr.ifr_ifru.ifru_data = (&mut info as *mut DrvInfo).cast();

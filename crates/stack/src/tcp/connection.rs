@@ -1007,7 +1007,7 @@ impl Connection {
             let opens = |free: u32| free >= left + self.sws_threshold() && free >= 2 * left;
             // The ACK owed for every second segment, held back for this read
             // (`TcpConfig::ack_on_read`).
-            let owed = self.config.ack_on_read && self.unacked_segments >= 2;
+            let owed = self.config.ack_on_read && self.second_segment_unacked();
             if owed || (opens(self.free_window()) && !opens(before)) {
                 self.ack_now = true;
             }
@@ -1894,7 +1894,7 @@ impl Connection {
             Some(delay) => {
                 self.unacked_segments += 1;
                 let behind = self.config.ack_on_read && self.recv.len() > self.unread_at_ack;
-                if self.unacked_segments >= 2 && !behind {
+                if self.second_segment_unacked() && !behind {
                     self.ack_now = true;
                 } else if self.ack_deadline.is_none() {
                     self.ack_deadline = Some(now + delay);
@@ -1902,6 +1902,11 @@ impl Connection {
             }
             None => self.ack_now = true,
         }
+    }
+
+    /// RFC 9293 §3.8.6.3: an ACK is owed for every second full-sized segment.
+    fn second_segment_unacked(&self) -> bool {
+        self.unacked_segments >= 2
     }
 
     /// Data in `l..r` came again: reported by the next ACK's first SACK block (RFC

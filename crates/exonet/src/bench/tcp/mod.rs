@@ -22,8 +22,9 @@
 //!   answers them itself, which is cheaper for it.
 //!
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace,
-//! at its default nice of -10, and an application on it), `exonet-inproc` (each application runs its own
-//! multiplexer on its end of the pair), `exonet-inproc-busy` (the same,
+//! at its default nice of -10, and an application on it), `exonet-inproc`
+//! (each application runs its own multiplexer on its end of the pair),
+//! `exonet-inproc-busy` (the same,
 //! spinning 200 µs before a wait sleeps, yielding the CPU after the first
 //! 10), and Linux's
 //! kernel TCP: `linux` (sleeping), `linux-busy` (non-blocking, spun on;
