@@ -11,7 +11,9 @@ use common::*;
 use etherparse::{Ipv4HeaderSlice, TcpSlice};
 use exonet_link::memwire::MemWire;
 use exonet_link::Link;
-use exonet_mux::{ChannelId, ChannelSpec, EndpointId, Mux, MuxConfig, MuxError, Proto};
+use exonet_mux::{
+    ChannelId, ChannelSpec, EndpointId, Mux, MuxConfig, MuxError, Proto, QUIET_FIN_WAKE,
+};
 use exonet_shm::{AppEndpoint, Desc};
 use exonet_wire::build;
 use exonet_wire::tcp::flags::{ACK, FIN, RST, SYN};
@@ -976,26 +978,46 @@ fn the_link_answers_a_listeners_syns_while_its_channel_lives() {
 }
 
 /// A connection channel quieted by the application's FIN: the peer's ACK of
-/// it goes on the rx ring without waking the sleeping application; the
-/// peer's FIN wakes it, since the peer waits for its ACK.
+/// it goes on the rx ring without waking the sleeping application, and so
+/// does the peer's FIN. The peer waits for the ACK of its FIN, so the FIN
+/// wakes the application `QUIET_FIN_WAKE` later if it is still unread by
+/// then; read before (the application woke for something else), it wakes
+/// nobody.
 #[test]
-fn a_quiet_connection_channel_is_woken_by_the_peers_fin_only() {
-    let mut n = Net::new(MuxConfig::default());
-    let (mut a, ch, port) = n.established_app();
-    n.send_quiet(&mut a, ch, to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]));
-    let before = n.upcalls(&a).0;
-    a.app.wake.announce_sleep();
-    let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
-    assert!(!n.arrives(&ack), "the ACK of our FIN woke the application");
-    assert_eq!(n.upcalls(&a), (before, 1));
-    let peer_fin = from_peer(PEER_PORT, port, FIN | ACK, IRS + 4, ISS + 7, &[]);
-    assert!(
-        n.arrives(&peer_fin),
-        "the peer's FIN did not wake the application"
-    );
-    assert_eq!(n.upcalls(&a), (before + 1, 1));
-    a.app.wake.end_sleep();
-    assert_eq!(drain_rx(&mut a.app).len(), 2);
+fn a_quiet_channel_wakes_for_the_peers_fin_late_and_only_if_unread() {
+    for read_first in [false, true] {
+        let mut n = Net::new(MuxConfig::default());
+        let (mut a, ch, port) = n.established_app();
+        n.send_quiet(&mut a, ch, to_peer(port, FIN | ACK, ISS + 6, IRS + 4, &[]));
+        let before = n.upcalls(&a).0;
+        a.app.wake.announce_sleep();
+        let ack = from_peer(PEER_PORT, port, ACK, IRS + 4, ISS + 7, &[]);
+        assert!(!n.arrives(&ack), "the ACK of our FIN woke the application");
+        assert_eq!(n.upcalls(&a), (before, 1));
+        let t0 = Instant::now();
+        let peer_fin = from_peer(PEER_PORT, port, FIN | ACK, IRS + 4, ISS + 7, &[]);
+        n.wire.send_batch(&[&peer_fin]).unwrap();
+        n.mux.poll_rx_at(t0).unwrap();
+        assert!(!n.mux.take_woken(), "the peer's FIN woke at once");
+        assert_eq!(n.upcalls(&a), (before, 2));
+        if read_first {
+            assert_eq!(drain_rx(&mut a.app).len(), 2);
+        }
+        n.mux
+            .poll_rx_at(t0 + QUIET_FIN_WAKE - Duration::from_micros(1))
+            .unwrap();
+        assert!(!n.mux.take_woken(), "woken before the bound");
+        n.mux.poll_rx_at(t0 + QUIET_FIN_WAKE).unwrap();
+        assert_eq!(n.mux.take_woken(), !read_first, "read first: {read_first}");
+        let s = n.mux.endpoint_stats(a.ep).unwrap();
+        assert_eq!(s.rx_fin_wakes, u64::from(!read_first));
+        assert_eq!(s.rx_upcalls, before + u64::from(!read_first));
+        // Owed once: later polls wake nobody.
+        n.mux.poll_rx_at(t0 + 2 * QUIET_FIN_WAKE).unwrap();
+        assert!(!n.mux.take_woken());
+        a.app.wake.end_sleep();
+        assert_eq!(drain_rx(&mut a.app).len(), if read_first { 0 } else { 2 });
+    }
 }
 
 /// An accepted connection closed before its own channel's bind is answered

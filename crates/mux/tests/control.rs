@@ -823,24 +823,22 @@ fn a_client_that_reads_no_answers_is_cut_and_reclaimed() {
     let stats = Request::Stats { from: 0 }.encode();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut sent = 0u64;
-    let mut most_queued = 0;
+    let mut served_meanwhile = 0;
     loop {
         assert!(Instant::now() < deadline, "never cut after {sent} requests");
         match s.send(&stats, &[]) {
             Ok(()) => sent += 1,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                // Served meanwhile; the flood's jobs are few at any time.
-                let queued = mux_record(&mut other).get("control_queued").unwrap();
-                most_queued = most_queued.max(queued);
+                // Another client is served while the flood waits (or is
+                // being cut).
+                assert!(mux_record(&mut other).get("connections").is_some());
+                served_meanwhile += 1;
             }
             // Cut: the daemon shut the connection.
             Err(_) => break,
         }
     }
-    assert!(
-        most_queued <= u64::from(exonet_mux::control::MAX_QUEUED),
-        "{most_queued} jobs queued"
-    );
+    assert!(served_meanwhile > 0, "the flood never waited");
     until("the flooder is reclaimed", || {
         mux_record(&mut other).get("connections_cut") == Some(1)
     });
@@ -872,25 +870,4 @@ fn a_client_that_reads_no_answers_is_cut_and_reclaimed() {
     assert!(answers > 0 && answers < sent, "{answers} of {sent}");
     let (e, _app, _) = endpoint(&mut other);
     other.bind_socket(e, PROTO_UDP, (HOST, 7220), None).unwrap();
-}
-
-/// The control thread (the slow path) runs as SCHED_BATCH, so that the
-/// wake-up an application's request causes never preempts the application.
-#[test]
-fn the_control_thread_does_not_preempt_on_wake_up() {
-    let _d = TestDaemon::start("batch");
-    let mut found = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap() {
-        let task = task.unwrap();
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "exonet-control" {
-            continue;
-        }
-        let tid: libc::pid_t = task.file_name().to_str().unwrap().parse().unwrap();
-        // SAFETY: sched_getscheduler only reads the policy of a thread.
-        let policy = unsafe { libc::sched_getscheduler(tid) };
-        assert_eq!(policy, libc::SCHED_BATCH, "thread {tid}");
-        found += 1;
-    }
-    assert!(found >= 1, "no control thread");
 }

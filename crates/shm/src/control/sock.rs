@@ -139,6 +139,12 @@ impl SeqListener {
     }
 }
 
+impl AsFd for SeqListener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl AsRawFd for SeqListener {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -162,6 +162,9 @@ impl Poll {
         let r = self.stack.shared().wait_for(wait, |g| {
             let writable = g.writable();
             for (&id, &(token, interest)) in registered {
+                if interest.readable {
+                    g.tcp_waits_to_read(id);
+                }
                 let Some(s) = g.sock_opt(id) else { continue };
                 let writable = match s.tcp.as_ref() {
                     Some(TcpSock::Conn(c)) => c.writable(),

@@ -108,6 +108,16 @@ pub struct TcpConfig {
     /// every second full-sized segment" is a SHOULD, and an ACK that cannot move
     /// the window's right edge only costs both ends a frame. Off keeps to it.
     pub ack_on_read: bool,
+    /// With [`TcpConfig::delayed_ack`]: the ACK that completes our active
+    /// open waits for the application's first write, which carries it, or
+    /// for the delayed-ACK bound; any other wait of the application (a read,
+    /// a readiness wait for reading) sends it at once
+    /// ([`Connection::release_held_ack`]). Linux delays this ACK so when a
+    /// write is pending (`tcp_rcv_synsent_state_process`); RFC 9293
+    /// §3.8.6.3 allows it as any delayed ACK. One frame less per connection,
+    /// and a server that waits for the request is woken once, for the ACK
+    /// and the request together.
+    pub hold_handshake_ack: bool,
     /// Nagle's algorithm (RFC 9293 §3.7.4): hold back small segments while data is
     /// unacknowledged. Off is TCP_NODELAY.
     pub nagle: bool,
@@ -212,6 +222,7 @@ impl Default for TcpConfig {
             fin_wait2_timeout: Duration::from_secs(60),
             delayed_ack: None,
             ack_on_read: false,
+            hold_handshake_ack: false,
             nagle: true,
             keepalive: None,
             challenge_ack_limit: 100,
@@ -594,6 +605,8 @@ pub struct Connection {
     unacked_segments: u32,
     /// Unread bytes when our last ACK went ([`TcpConfig::ack_on_read`]).
     unread_at_ack: usize,
+    /// The ACK of the peer's SYN-ACK is held ([`TcpConfig::hold_handshake_ack`]).
+    handshake_ack_held: bool,
     time_wait_deadline: Option<Time>,
     /// The application closed its socket: FIN-WAIT-2 is bounded.
     abandoned: bool,
@@ -710,6 +723,7 @@ impl Connection {
             ack_deadline: None,
             unacked_segments: 0,
             unread_at_ack: 0,
+            handshake_ack_held: false,
             time_wait_deadline: None,
             abandoned: false,
             fin_wait2_deadline: None,
@@ -1013,6 +1027,17 @@ impl Connection {
             }
         }
         n
+    }
+
+    /// Sends the ACK of the handshake now if it is held for a first write
+    /// ([`TcpConfig::hold_handshake_ack`]): the application waits for the
+    /// peer instead. True if it was held.
+    pub fn release_held_ack(&mut self) -> bool {
+        if std::mem::take(&mut self.handshake_ack_held) {
+            self.ack_now = true;
+            return true;
+        }
+        false
     }
 
     /// The receive buffer's size now: [`TcpConfig::recv_buffer`], or more once
@@ -1358,7 +1383,13 @@ impl Connection {
             let tsecr = if self.ts_ok { ts_option(repr) } else { None };
             self.ack_advance(seg.ack, now, tsecr.map(|t| t.1));
             self.after_handshake();
-            self.ack_now = true;
+            match self.config.delayed_ack {
+                Some(delay) if self.config.hold_handshake_ack => {
+                    self.ack_deadline = Some(now + delay);
+                    self.handshake_ack_held = true;
+                }
+                _ => self.ack_now = true,
+            }
         } else {
             // Simultaneous open: SYN-ACK with our ISS again, which makes the SYN's
             // timing worthless (Karn).
@@ -2947,6 +2978,7 @@ impl Connection {
             self.ack_deadline = None;
             self.unacked_segments = 0;
             self.unread_at_ack = self.recv.len();
+            self.handshake_ack_held = false;
             self.last_ack_sent = self.rcv_nxt;
             if self.dsack.take().is_some() {
                 self.stats.dsacks_sent += 1;

@@ -727,6 +727,7 @@ proptest! {
         nagle: bool,
         delayed_ack: bool,
         ack_on_read: bool,
+        hold_handshake_ack: bool,
         mss in 100u16..1460,
         recv_buffer in 200usize..300_000,
         read_chunk in 0usize..3000,
@@ -759,6 +760,7 @@ proptest! {
             recv_buffer,
             delayed_ack: delayed_ack.then_some(ms(40)),
             ack_on_read,
+            hold_handshake_ack,
             window_scaling,
             timestamps: timestamps & 1 != 0,
             sack: sack & 1 != 0,
@@ -1267,6 +1269,65 @@ fn an_ack_waits_for_the_read_of_an_application_behind() {
     // Behind: nothing until the bound, or until the read.
     assert_eq!(acks_of_three(true, None), [(ms(15), end)]);
     assert_eq!(acks_of_three(true, Some(ms(7))), [(ms(7), end)]);
+}
+
+/// `TcpConfig::hold_handshake_ack`: the ACK of the peer's SYN-ACK waits for
+/// the application's first write, 2 ms later here, whose segment carries
+/// it; with nothing written it goes at the delayed-ACK bound, or at once
+/// when the application turns to wait for the peer instead
+/// (`release_held_ack`). Off, at once, and the data follows on its own.
+#[test]
+fn the_handshake_ack_waits_for_the_first_write() {
+    // (hold, the application writes, it waits to read first)
+    for (hold, write, release) in [
+        (false, false, false),
+        (false, true, false),
+        (true, true, false),
+        (true, false, false),
+        (true, false, true),
+    ] {
+        let cfg = TcpConfig {
+            delayed_ack: Some(ms(10)),
+            hold_handshake_ack: hold,
+            ..fast_config()
+        };
+        let mut n = Net::client_server(3, quiet(), cfg.clone(), cfg);
+        n.apps[1].read = true;
+        assert!(n.run_until(at(secs(1)), |n| n.state(0) == TcpState::Established));
+        let established = n.now;
+        if release {
+            assert!(n.conn_mut(0).release_held_ack(), "nothing held");
+        }
+        n.flush();
+        if write {
+            n.now = established + ms(2);
+            n.apps[0].out = pattern(100, 0);
+        }
+        n.run_until(at(secs(1)), |n| n.state(1) == TcpState::Established);
+        n.run_until(n.now + secs(1), |n| {
+            n.wire.is_empty() && n.apps[1].got.len() == n.apps[0].out.len()
+        });
+        let sent: Vec<(Time, usize)> = n
+            .log
+            .iter()
+            .filter(|s| s.from == 0 && s.flags & flags::SYN == 0)
+            .inspect(|s| assert!(s.flags & flags::ACK != 0))
+            .map(|s| (s.at, s.len))
+            .collect();
+        let at_once = (established, 0);
+        let with_write = (established + ms(2), 100);
+        let expected = match (hold, write, release) {
+            (false, false, _) | (true, false, true) => vec![at_once],
+            (false, true, _) => vec![at_once, with_write],
+            (true, true, _) => vec![with_write],
+            (true, false, false) => vec![(established + ms(10), 0)],
+        };
+        assert_eq!(
+            sent, expected,
+            "hold {hold}, write {write}, release {release}"
+        );
+        assert_eq!(n.apps[1].got, n.apps[0].out);
+    }
 }
 
 /// A receive buffer past the SYN's unscaled 64 KB: the window is already

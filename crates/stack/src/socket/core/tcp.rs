@@ -189,8 +189,10 @@ impl Conn {
     /// last ACKs then wait in the rx ring for the application's next wake-up
     /// instead of causing one: nobody waits for them, and until they come
     /// the retransmission timer of our FIN bounds the wait (after them, the
-    /// FIN-WAIT-2 timeout). The peer's FIN still wakes it: the peer waits
-    /// for its ACK.
+    /// FIN-WAIT-2 timeout). The peer's FIN waits too, but for at most the
+    /// multiplexer's `QUIET_FIN_WAKE`, as the peer waits for its ACK: a
+    /// server that closed first is nearly always woken sooner by its next
+    /// request.
     fn tx_flags(&self) -> u32 {
         let quiet = self.orphan && self.listener.is_none() && self.conn.winding_down();
         if quiet {
@@ -635,6 +637,10 @@ impl Inner {
         if c.read_shut {
             return Some(Ok(0));
         }
+        if c.conn.release_held_ack() {
+            self.tcp_after(id, self.clock);
+        }
+        let c = self.conn_mut(id)?;
         let n = if peek {
             c.conn.peek(buf)
         } else {
@@ -651,6 +657,14 @@ impl Inner {
         }
         let ended = c.conn.recv_finished() || c.conn.state() == TcpState::Closed;
         ended.then_some(Ok(0))
+    }
+
+    /// A readiness wait for reading on connection `id`: the handshake's ACK,
+    /// if held for a first write, goes now.
+    pub fn tcp_waits_to_read(&mut self, id: usize) {
+        if conn_in(&mut self.sockets, id).is_some_and(|c| c.conn.release_held_ack()) {
+            self.tcp_after(id, self.clock);
+        }
     }
 
     /// Queues data to send: `None` while the send buffer is full or the
