@@ -107,6 +107,8 @@ pub struct TcpConfig {
     /// (`__tcp_ack_snd_check`, `tcp_cleanup_rbuf`): RFC 9293 §3.8.6.3's "at least
     /// every second full-sized segment" is a SHOULD, and an ACK that cannot move
     /// the window's right edge only costs both ends a frame. Off keeps to it.
+    /// Nothing is held before a receive buffer's worth has come (see
+    /// `Connection::ramping`), while the sender's slow start needs the ACKs.
     pub ack_on_read: bool,
     /// With [`TcpConfig::delayed_ack`]: the ACK that completes our active
     /// open waits for the application's first write, which carries it, or
@@ -1924,7 +1926,9 @@ impl Connection {
         match self.config.delayed_ack {
             Some(delay) => {
                 self.unacked_segments += 1;
-                let behind = self.config.ack_on_read && self.recv.len() > self.unread_at_ack;
+                let behind = self.config.ack_on_read
+                    && self.recv.len() > self.unread_at_ack
+                    && !self.ramping();
                 if self.second_segment_unacked() && !behind {
                     self.ack_now = true;
                 } else if self.ack_deadline.is_none() {
@@ -1933,6 +1937,18 @@ impl Connection {
             }
             None => self.ack_now = true,
         }
+    }
+
+    /// Less than a receive buffer's worth of data has come: until then
+    /// [`TcpConfig::ack_on_read`] holds no ACK. The sender's slow start grows
+    /// by the segments each ACK covers, at most one MSS (RFC 3465's L = 1),
+    /// so ACKs held for the reads of whole batches kept it near linear: 2 MB
+    /// through two daemons took 1.46 Gbit/s (median of 7) against 2.35 with
+    /// this, a bulk transfer 6. Linux's
+    /// receiver, likewise, acknowledges every second segment at once while
+    /// its advertised window still grows (`rcv_ssthresh`).
+    fn ramping(&self) -> bool {
+        self.app_read + (self.recv.len() as u64) < self.config.recv_buffer as u64
     }
 
     /// RFC 9293 §3.8.6.3: an ACK is owed for every second full-sized segment.

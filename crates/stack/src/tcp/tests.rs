@@ -1223,8 +1223,13 @@ fn delayed_ack() {
 /// End 1's ACKs (time since the send, ACK number) of three full segments
 /// sent at once from end 0 and arriving 1 ms apart, with `ack_on_read` at
 /// end 1, whose application starts to read at the first event `read_after`
-/// the send or later (never: `None`).
-fn acks_of_three(ack_on_read: bool, read_after: Option<Duration>) -> Vec<(Duration, u32)> {
+/// the send or later (never: `None`); after a receive buffer's worth of
+/// data if `warm`, else as the connection's first.
+fn acks_of_three(
+    ack_on_read: bool,
+    read_after: Option<Duration>,
+    warm: bool,
+) -> Vec<(Duration, u32)> {
     let cfg = TcpConfig {
         // Under the sender's probe timeout (2·SRTT + 2 ms, 22 ms here) of a
         // flight of three.
@@ -1233,10 +1238,18 @@ fn acks_of_three(ack_on_read: bool, read_after: Option<Duration>) -> Vec<(Durati
         ..fast_config()
     };
     let mut n = established_pair(cfg.clone(), cfg);
+    if warm {
+        // A receive buffer's worth, read: until then no ACK is held.
+        let warm = n.conn(1).recv_buffer();
+        n.apps[0].out = pattern(warm, 0);
+        n.run_until(n.now + secs(5), |_| false);
+        assert_eq!(n.apps[1].got.len(), warm);
+    }
     n.faults.spacing = ms(1);
     n.apps[1].read = read_after == Some(Duration::ZERO);
     // Three segments: RFC 3390's initial window of 4380 bytes.
-    n.apps[0].out = pattern(3 * n.conn(0).send_mss(), 0);
+    let three = pattern(3 * n.conn(0).send_mss(), 1);
+    n.apps[0].out.extend(three);
     let sent = n.now;
     let before = n.log.len();
     n.step();
@@ -1257,18 +1270,26 @@ fn acks_of_three(ack_on_read: bool, read_after: Option<Duration>) -> Vec<(Durati
 /// `TcpConfig::ack_on_read`: the ACK owed for every second segment waits
 /// for the application's read while it has not read what came (as Linux's),
 /// and goes with that read, or at the delayed-ACK bound. A reader that keeps
-/// up is acknowledged as without it. Off, every second segment at once.
+/// up is acknowledged as without it, and so is the first receive buffer's
+/// worth of a connection, while the sender's slow start needs the ACKs.
+/// Off, every second segment at once.
 #[test]
 fn an_ack_waits_for_the_read_of_an_application_behind() {
-    let strict = acks_of_three(false, None);
+    let strict = acks_of_three(false, None, true);
     let end = strict[1].1;
+    let mss = 1448;
     // 5 ms of delay; the segments arrive at 5, 6 and 7 ms.
-    assert_eq!(strict, [(ms(6), end - 1448), (ms(17), end)], "{strict:?}");
-    assert_eq!(acks_of_three(false, Some(Duration::ZERO)), strict);
-    assert_eq!(acks_of_three(true, Some(Duration::ZERO)), strict);
+    assert_eq!(strict, [(ms(6), end - mss), (ms(17), end)], "{strict:?}");
+    assert_eq!(acks_of_three(false, Some(Duration::ZERO), true), strict);
+    assert_eq!(acks_of_three(true, Some(Duration::ZERO), true), strict);
     // Behind: nothing until the bound, or until the read.
-    assert_eq!(acks_of_three(true, None), [(ms(15), end)]);
-    assert_eq!(acks_of_three(true, Some(ms(7))), [(ms(7), end)]);
+    assert_eq!(acks_of_three(true, None, true), [(ms(15), end)]);
+    assert_eq!(acks_of_three(true, Some(ms(7)), true), [(ms(7), end)]);
+    // The connection's first segments: every second acknowledged at once.
+    let first = acks_of_three(true, None, false);
+    let end = first[1].1;
+    assert_eq!(first, [(ms(6), end - mss), (ms(17), end)], "{first:?}");
+    assert_eq!(first, acks_of_three(false, None, false));
 }
 
 /// `TcpConfig::hold_handshake_ack`: the ACK of the peer's SYN-ACK waits for
