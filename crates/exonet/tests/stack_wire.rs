@@ -638,3 +638,88 @@ fn a_close_acknowledges_the_fin_that_has_arrived() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// The daemon's channels bound to the peer's `port`: a connection channel's
+/// filter ends with its source port (DPF's `0:16 == 0x…` on the TCP header).
+fn channels_to(n: &Net, port: u16) -> usize {
+    let mut c = exonet_shm::control::Client::connect(n._daemon.socket()).unwrap();
+    c.stats()
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == "channel" && r.label.ends_with(&format!("0:16 == {port:#x}")))
+        .count()
+}
+
+/// Through a daemon, an accepted connection stays on its listener's channel
+/// for its first `StackConfig::lazy_bind`, and asks for a channel of its own
+/// only if it lasts: data goes both ways before and after.
+#[test]
+fn an_accepted_connection_binds_its_own_channel_only_once_it_lasts() {
+    for (lazy, lasts) in [
+        (Duration::from_secs(60), false),
+        (Duration::from_millis(1), true),
+    ] {
+        let config = StackConfig {
+            lazy_bind: lazy,
+            // The peer never answers the FIN of the end.
+            linger: Duration::ZERO,
+            ..StackConfig::default()
+        };
+        let mut n = net(if lasts { "lazy-binds" } else { "lazy" }, config);
+        let l = TcpListener::bind(&n.stack, (HOST, COOKIE_PORT)).unwrap();
+        l.set_accept_timeout(Some(Duration::from_secs(5))).unwrap();
+        let syn = n.tcp(3000, flags::SYN, 333, 0, &[TcpOption::Mss(1460)], &[]);
+        n.inject(&[syn]);
+        let synack = n.next_tcp_to(3000);
+        assert_eq!(synack.flags, flags::SYN | flags::ACK);
+        let iss = synack.seq.wrapping_add(1);
+        n.inject(&[n.tcp(3000, flags::ACK | flags::PSH, 334, iss, &[], b"hi")]);
+        let (s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let mut r: &exonet_stack::TcpStream = &s;
+        assert_eq!(r.read(&mut buf).unwrap(), 2);
+        std::thread::sleep(Duration::from_millis(20));
+        // A write pumps the stack, past the lazy bound in the second case.
+        let mut w: &exonet_stack::TcpStream = &s;
+        w.write_all(b"ok").unwrap();
+        let mut reply = n.next_tcp_to(3000);
+        while reply.payload.is_empty() {
+            reply = n.next_tcp_to(3000);
+        }
+        assert_eq!(reply.payload, b"ok");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lasts && channels_to(&n, 3000) == 0 {
+            assert!(Instant::now() < deadline, "no channel of its own");
+            n.stack.pump().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(channels_to(&n, 3000), usize::from(lasts), "lazy {lazy:?}");
+        // The peer's data still arrives, on whichever channel.
+        n.inject(&[n.tcp(
+            3000,
+            flags::ACK | flags::PSH,
+            336,
+            iss.wrapping_add(2),
+            &[],
+            b"more",
+        )]);
+        assert_eq!(r.read(&mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"more");
+        // The listener goes: a connection still on its channel gets its own
+        // first, instead of the reset of what the daemon followed there.
+        drop(l);
+        assert_eq!(channels_to(&n, 3000), 1);
+        let last = n.tcp(
+            3000,
+            flags::ACK | flags::PSH,
+            340,
+            iss.wrapping_add(2),
+            &[],
+            b"last",
+        );
+        n.inject(&[last]);
+        assert_eq!(r.read(&mut buf).unwrap(), 4);
+        assert_eq!(&buf[..4], b"last");
+    }
+}

@@ -241,6 +241,15 @@ impl ConnTrack {
         Received::Segment
     }
 
+    /// Reset, or closed both ways with both FINs acknowledged: what is left
+    /// is a TIME-WAIT at most, which the library hands to the multiplexer.
+    pub fn finished(&self) -> bool {
+        let fin_acked = self
+            .fin
+            .is_some_and(|f| self.peer_ack == Some(f.wrapping_add(1)));
+        self.reset || (fin_acked && self.peer_fin.is_some() && self.peer_fin_acked)
+    }
+
     /// What to do now that the channel goes, at `now`, TIME-WAIT lasting
     /// `time_wait` (2×MSL).
     pub fn fate(&self, now: Instant, time_wait: Duration) -> Fate {
@@ -298,8 +307,9 @@ pub(crate) const MAX_FOLLOWED: usize = 1024;
 
 /// Connections accepted at listeners, followed on the listener's channel
 /// until their own channel is bound (a library does not wait for that
-/// bind, and sends on the listener's channel meanwhile). One is started
-/// only by a segment its application sends without SYN, past the
+/// bind, and sends on the listener's channel meanwhile; through a daemon,
+/// it binds only connections that last) or until they finish. One is
+/// started only by a segment its application sends without SYN, past the
 /// handshake, so a SYN flood starts none; an endpoint has at most
 /// [`MAX_FOLLOWED`].
 #[derive(Default)]
@@ -308,6 +318,9 @@ pub(crate) struct Followed {
     by_tuple: HashMap<Tuple, FollowedConn>,
     /// How many each endpoint has.
     count: HashMap<u32, usize>,
+    /// Connections that finished while followed ([`ConnTrack::finished`]),
+    /// taken out for the multiplexer to hold their TIME-WAIT.
+    finished: Vec<(Tuple, ConnTrack)>,
 }
 
 /// One connection [`Followed`] on a listener's channel.
@@ -333,6 +346,9 @@ impl Followed {
             if f.owner == ep {
                 f.conn.on_sent(frame);
                 f.quiet |= quiet;
+                if f.conn.finished() {
+                    self.finish(ep, t);
+                }
             }
             return true;
         }
@@ -358,19 +374,43 @@ impl Followed {
     }
 
     /// A frame a channel of endpoint `ep` without connection tracking (a
-    /// listener's) took, at `now`. Read only while something is followed.
-    pub fn on_received(&mut self, ep: u32, frame: &[u8], now: Instant) {
+    /// listener's) took, at `now`: what it was, and whether it is for a
+    /// connection whose application asked for quiet. Read only while
+    /// something is followed.
+    pub fn on_received(&mut self, ep: u32, frame: &[u8], now: Instant) -> (Received, bool) {
+        let none = (Received::Segment, false);
         if self.is_empty() {
-            return;
+            return none;
         }
         let Some((t, _)) = tuple(frame, false) else {
-            return;
+            return none;
         };
-        if let Some(f) = self.by_tuple.get_mut(&t) {
-            if f.owner == ep {
-                f.conn.on_received(frame, now);
-            }
+        let Some(f) = self.by_tuple.get_mut(&t).filter(|f| f.owner == ep) else {
+            return none;
+        };
+        let seen = (f.conn.on_received(frame, now), f.quiet);
+        if f.conn.finished() {
+            self.finish(ep, t);
         }
+        seen
+    }
+
+    /// Connection `t` of endpoint `ep` finished: out, for the multiplexer.
+    fn finish(&mut self, ep: u32, t: Tuple) {
+        self.forget(ep);
+        if let Some(f) = self.by_tuple.remove(&t) {
+            self.finished.push((t, f.conn));
+        }
+    }
+
+    /// The connections that finished since the last call.
+    pub fn take_finished(&mut self) -> Vec<(Tuple, ConnTrack)> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Whether connections finished since the last [`Followed::take_finished`].
+    pub fn any_finished(&self) -> bool {
+        !self.finished.is_empty()
     }
 
     /// What endpoint `ep` followed of connection `t`, whose own channel it

@@ -983,6 +983,15 @@ impl Mux {
     }
 
     /// Ends the holds whose 2×MSL ran out by `now`.
+    /// Holds the TIME-WAIT of the followed connections that finished: the
+    /// library lets go of a connection in TIME-WAIT, and one without a
+    /// channel of its own has no unbind to say so.
+    fn settle_followed(&mut self, now: Instant) {
+        for (t, conn) in self.followed.take_finished() {
+            self.abandon_conn(&conn, t, now, None);
+        }
+    }
+
     /// Wakes the endpoints whose quiet FIN has waited [`QUIET_FIN_WAKE`],
     /// unless their application has read their rx ring since.
     fn wake_for_quiet_fins(&mut self, now: Instant) {
@@ -1529,6 +1538,7 @@ impl Mux {
                 self.deliver_batch(n, now);
             }
             self.wake_for_quiet_fins(now);
+            self.settle_followed(now);
         }
         self.flush_host()?;
         self.flush_handler_tx();
@@ -1790,6 +1800,9 @@ impl Mux {
                 self.woken |= woke;
             }
         }
+        if self.followed.any_finished() {
+            self.settle_followed(clock.unwrap_or_else(Instant::now));
+        }
         match link_err {
             Some(err) if sent == 0 => Err(err),
             _ => Ok(sent),
@@ -1862,15 +1875,14 @@ fn to_channel<'e>(
     for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
-        let seen = match &mut ch.conn {
-            Some(conn) => conn.on_received(f, now),
+        let (seen, quiet) = match &mut ch.conn {
+            Some(conn) => (conn.on_received(f, now), ch.quiet),
             None => {
-                followed.on_received(ch.endpoint.0, f, now);
-                Received::Segment
+                let (seen, quiet) = followed.on_received(ch.endpoint.0, f, now);
+                (seen, ch.quiet || quiet)
             }
         };
         ch.stats.tcp_malformed += u64::from(seen == Received::Malformed);
-        let quiet = ch.quiet;
         let verdict = match &mut ch.handler {
             Some(h) if e.budget.allows(now, limits) => {
                 run_handler(&mut **h, f, chan, e, &mut ch.stats, hx)

@@ -711,11 +711,11 @@ fn an_accepted_connection_is_followed_on_its_listeners_channel() {
     assert_eq!(n.on_wire(), vec![rst_from(PORT + 1, ISS + 6)]);
 }
 
-/// The whole connection can pass on the listener's channel before the
-/// multiplexer binds the connection's own (the bind waits its turn): it is
-/// followed there from the first segment past the handshake, and its own
-/// channel takes over what is known. One whose channel never comes is
-/// reset, or held, when its endpoint goes. SYN-ACKs start nothing.
+/// The whole connection can pass on the listener's channel (a library binds
+/// its own channel late, or never): it is followed there from the first
+/// segment past the handshake. Finished there, its TIME-WAIT is held at
+/// once, and a late bind of its 4-tuple is refused; one still open when its
+/// endpoint goes is reset. SYN-ACKs start nothing.
 #[test]
 fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
     const PORT: u16 = 8080;
@@ -760,12 +760,22 @@ fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
     assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 4, ISS + 7, &[]), 1);
     assert_eq!(n.peer(&mut a, PORT, FIN | ACK, IRS + 4, ISS + 7, &[]), 1);
     n.send(&mut a, listener, PORT, ACK, ISS + 7, IRS + 5, &[]);
-    // Only now is its channel bound, and at once unbound (the library has
-    // gone past TIME-WAIT's start): held.
-    let (ch, _) = n.connect(&a, PORT, PEER_PORT);
-    n.mux.unbind_channel(ch).unwrap();
+    // Finished on the listener's channel (the library lets go of it in
+    // TIME-WAIT, with no channel to unbind): held at once, and a bind of
+    // its 4-tuple that comes late is refused.
     assert!(n.on_wire().is_empty(), "no RST in TIME-WAIT");
     assert_eq!(n.mux.stats().host.time_wait_held, 1);
+    assert!(matches!(
+        n.mux.bind_socket(a.ep, tcp(PORT, Some((PEER, PEER_PORT)))),
+        Err(MuxError::InTimeWait { .. })
+    ));
+    // The hold answers the peer's FIN again with our last ACK.
+    let again = from_peer(PEER_PORT, PORT, FIN | ACK, IRS + 4, ISS + 7, &[]);
+    n.wire.send_batch(&[&again]).unwrap();
+    n.mux.poll_rx().unwrap();
+    let acks = n.on_wire();
+    assert_eq!(acks.len(), 1, "{acks:?}");
+    assert_eq!(drain_rx(&mut a.app).len(), 0, "the hold took it");
 
     // Established on the listener's channel, its channel never bound: reset
     // when the endpoint goes.
@@ -803,6 +813,65 @@ fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
         (got[0].to, got[0].flags.2, got[0].seq),
         ((PEER, PEER_PORT + 1), true, ISS + 6)
     );
+}
+
+/// Connections that end on the listener's channel leave the followed ones,
+/// so an endpoint that never binds its accepted connections (as a library
+/// behind a daemon does with short ones) follows any number of them in
+/// turn. Those its application made quiet deliver quietly there too: the
+/// peer's ACK of our FIN wakes nobody.
+#[test]
+fn connections_finished_on_the_listeners_channel_are_followed_no_more() {
+    const PORT: u16 = 8080;
+    let mut n = Net::new(MuxConfig::default());
+    let mut a = n.app();
+    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    for i in 0..1100u16 {
+        let peer = 20000 + i;
+        let to = |fl, seq, ack, data: &[u8]| {
+            build::tcp_frame(
+                HOST_MAC,
+                PEER_MAC,
+                HOST,
+                PEER,
+                PORT,
+                peer,
+                fl,
+                seq,
+                ack,
+                &[],
+                data,
+            )
+        };
+        let from = |fl, seq, ack| from_peer(peer, PORT, fl, seq, ack, &[]);
+        // Our answer, then our FIN (quiet, as a closed socket's), the
+        // peer's ACK of it, its FIN and our ACK of that: TIME-WAIT, held.
+        n.send_raw(&mut a, listener, &to(ACK, ISS + 1, IRS + 4, b"hello"));
+        let fin = to(FIN | ACK, ISS + 6, IRS + 4, &[]);
+        assert!(a
+            .app
+            .tx
+            .push_inline_with(listener.0, &fin, Desc::QUIET)
+            .unwrap());
+        n.mux.poll_tx().unwrap();
+        if i == 0 {
+            a.app.wake.announce_sleep();
+            assert!(!n.arrives(&from(ACK, IRS + 4, ISS + 7)), "the ACK woke");
+            a.app.wake.end_sleep();
+        } else {
+            n.arrives(&from(ACK, IRS + 4, ISS + 7));
+        }
+        n.arrives(&from(FIN | ACK, IRS + 4, ISS + 7));
+        n.send_raw(&mut a, listener, &to(ACK, ISS + 7, IRS + 5, &[]));
+        drain_rx(&mut a.app);
+        drain_wire(&mut n.wire);
+    }
+    let e = n.mux.endpoint_stats(a.ep).unwrap();
+    assert_eq!(e.tcp_unfollowed, 0);
+    assert_eq!(n.mux.stats().host.time_wait_held, 1100);
+    // Nothing followed is left to reset.
+    n.mux.remove_endpoint(a.ep).unwrap();
+    assert!(n.on_wire().is_empty());
 }
 
 /// An application that sends on its listener's channel for connections it

@@ -235,6 +235,8 @@ pub(crate) struct Inner {
     tcp: TcpTable,
     /// How long closed connections get to finish when the stack goes.
     linger: Duration,
+    /// See [`StackConfig::lazy_bind`](super::StackConfig::lazy_bind).
+    lazy_bind: Duration,
 }
 
 /// A frame held while its neighbour resolves (its Ethernet destination still
@@ -356,6 +358,7 @@ impl Inner {
             tx_blocked: false,
             tcp,
             linger: config.linger,
+            lazy_bind: config.lazy_bind,
         };
         inner.give_back()?;
         Ok((inner, app.wake))
@@ -634,6 +637,7 @@ impl Inner {
         if self.tcp_promotions_ahead() {
             self.tcp_take_bound(false);
         }
+        self.tcp_bind_lazy(now);
         // A clone (an Arc) holds the frames while their bytes are input;
         // taken at the first frame in a buffer, as most pumps see none.
         let mut frames = None;

@@ -156,8 +156,8 @@ pub(crate) struct Conn {
     slot: Option<usize>,
     /// `TcpTable::tuples` maps its 4-tuple (the socket's local and peer) to it.
     tupled: bool,
-    /// Accepted, its own channel's bind begun and not yet answered: it sends
-    /// on its listener's channel meanwhile.
+    /// Accepted, and its own channel's bind not begun yet ([`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)) or
+    /// not answered: it sends on its listener's channel meanwhile.
     promoting: bool,
 }
 
@@ -259,6 +259,9 @@ pub(crate) struct TcpTable {
     spares: u64,
     /// Promotions among `ahead`.
     promotions: usize,
+    /// Connections accepted through a daemon that have no own channel yet,
+    /// with their 4-tuple, by when they ask for it ([`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)).
+    lazy: VecDeque<(Time, usize, SocketAddrV4, SocketAddrV4)>,
 }
 
 /// A bind begun without waiting for its answer.
@@ -300,6 +303,7 @@ impl TcpTable {
             last_connect: None,
             spares: 0,
             promotions: 0,
+            lazy: VecDeque::new(),
         })
     }
 
@@ -730,9 +734,7 @@ impl Inner {
             return;
         };
         if matches!(sock.tcp.as_ref(), Some(TcpSock::Listener(_))) {
-            // Connections it accepted send on its channel until their own is
-            // bound: that comes before the listener's channel goes.
-            self.tcp_take_bound(true);
+            let local = sock.local;
             // Its SYN queue and accept queue go with it, reset.
             let mut children: Vec<usize> = self
                 .sockets
@@ -750,6 +752,11 @@ impl Inner {
                 self.tcp_abort(child);
                 self.tcp_remove(child);
             }
+            // Connections it accepted send on its channel until their own is
+            // bound: that comes before the listener's channel goes, whose
+            // end resets what the multiplexer still follows there.
+            self.tcp_bind_lazy_of(local);
+            self.tcp_take_bound(true);
             self.tcp_remove(id);
             return;
         }
@@ -1120,18 +1127,24 @@ impl Inner {
         true
     }
 
-    /// Moves a connection out of its listener's SYN queue once synchronized:
-    /// begins the bind of its own channel and queues it for `accept`.
+    /// Moves a connection out of its listener's SYN queue once synchronized
+    /// and queues it for `accept`. In process it asks for its own channel at
+    /// once; through a daemon once it has lived [`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)
+    /// ([`Inner::tcp_bind_lazy`]).
     fn tcp_promote(&mut self, id: usize, lid: usize) {
         let (local, remote) = {
             let s = self.sock(id);
             (s.local, s.peer.expect("a connection has a peer"))
         };
-        let ahead = Ahead::Promotion { id, local, remote };
-        if self
-            .tcp_begin_bind((*local.ip(), local.port()), remote, ahead)
-            .is_err()
-        {
+        let bound = if self.in_process {
+            let ahead = Ahead::Promotion { id, local, remote };
+            self.tcp_begin_bind((*local.ip(), local.port()), remote, ahead)
+        } else {
+            let due = self.clock + self.lazy_bind;
+            self.tcp.lazy.push_back((due, id, local, remote));
+            Ok(())
+        };
+        if bound.is_err() {
             // The multiplexer is gone: nothing more goes out anyway.
             if let Some(c) = self.conn_mut(id) {
                 c.conn.abort();
@@ -1149,6 +1162,56 @@ impl Inner {
         self.tcp.stats.accepts += 1;
         if self.in_process {
             self.tcp_take_bound(false);
+        }
+    }
+
+    /// Begins the binds of the connections accepted
+    /// [`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind) ago that
+    /// still live and still send: one that winds down ends on its
+    /// listener's channel.
+    pub(super) fn tcp_bind_lazy(&mut self, now: Time) {
+        while let Some(&(due, id, local, remote)) = self.tcp.lazy.front() {
+            if due > now {
+                return;
+            }
+            self.tcp.lazy.pop_front();
+            self.tcp_bind_accepted(id, local, remote, false);
+        }
+    }
+
+    /// Begins the binds of all the connections accepted on `local` that
+    /// have none yet: their listener goes.
+    fn tcp_bind_lazy_of(&mut self, local: SocketAddrV4) {
+        let (now, later): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.tcp.lazy)
+            .into_iter()
+            .partition(|e| e.2 == local);
+        self.tcp.lazy = later;
+        for (_, id, local, remote) in now {
+            self.tcp_bind_accepted(id, local, remote, true);
+        }
+    }
+
+    /// Begins the bind of the own channel of connection `id`, accepted with
+    /// this 4-tuple and still on its listener's channel, if it still
+    /// lives, and, unless `any_state`, still sends.
+    fn tcp_bind_accepted(
+        &mut self,
+        id: usize,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        any_state: bool,
+    ) {
+        let waits = self.sock_opt(id).is_some_and(|s| {
+            s.local == local
+                && s.peer == Some(remote)
+                && matches!(s.tcp.as_ref(), Some(TcpSock::Conn(c)) if c.promoting
+                    && (any_state
+                        || matches!(c.conn.state(), TcpState::Established | TcpState::CloseWait)))
+        });
+        if waits {
+            let ahead = Ahead::Promotion { id, local, remote };
+            // The multiplexer gone, nothing more goes out anyway.
+            let _ = self.tcp_begin_bind((*local.ip(), local.port()), remote, ahead);
         }
     }
 
@@ -1180,12 +1243,17 @@ impl Inner {
                 self.tcp_unbind_later(channel);
             }
             Err(_) if waits => {
-                // The 4-tuple is not ours to have (the multiplexer may hold it
-                // in TIME-WAIT for an application that died): reset.
-                if let Some(c) = self.conn_mut(id) {
-                    c.promoting = false;
+                // The 4-tuple is not ours to have: the multiplexer holds it in
+                // TIME-WAIT, for an application that died, or for this very
+                // connection, which finished on its listener's channel
+                // meanwhile. Reset unless finished; either way it stays on
+                // the listener's channel, which its end must not unbind.
+                let finished = self.conn(id).is_some_and(|c| {
+                    matches!(c.conn.state(), TcpState::TimeWait | TcpState::Closed)
+                });
+                if !finished {
+                    self.tcp_abort(id);
                 }
-                self.tcp_abort(id);
             }
             Err(_) => {}
         }
