@@ -399,6 +399,16 @@ impl Net {
         }
     }
 
+    /// The next TCP segment with data from the host to the peer's `port`.
+    fn next_data_to(&mut self, port: u16) -> Seg {
+        loop {
+            let s = self.next_tcp_to(port);
+            if !s.payload.is_empty() {
+                return s;
+            }
+        }
+    }
+
     /// A segment from the peer's `sport` to the listener's port.
     fn tcp(
         &self,
@@ -500,10 +510,7 @@ fn a_full_syn_queue_answers_with_syn_cookies() {
     assert_eq!(&buf[..5], b"hello");
     let mut w: &exonet_stack::TcpStream = &s;
     w.write_all(b"world").unwrap();
-    let mut reply = n.next_tcp_to(2000);
-    while reply.payload.is_empty() {
-        reply = n.next_tcp_to(2000);
-    }
+    let reply = n.next_data_to(2000);
     assert_eq!(reply.payload, b"world");
     assert_eq!((reply.seq, reply.ack), (iss.wrapping_add(1), 228));
     let (r_tsval, r_tsecr) = reply.timestamps().expect("timestamps agreed");
@@ -683,11 +690,7 @@ fn an_accepted_connection_binds_its_own_channel_only_once_it_lasts() {
         // A write pumps the stack, past the lazy bound in the second case.
         let mut w: &exonet_stack::TcpStream = &s;
         w.write_all(b"ok").unwrap();
-        let mut reply = n.next_tcp_to(3000);
-        while reply.payload.is_empty() {
-            reply = n.next_tcp_to(3000);
-        }
-        assert_eq!(reply.payload, b"ok");
+        assert_eq!(n.next_data_to(3000).payload, b"ok");
         let deadline = Instant::now() + Duration::from_secs(5);
         while lasts && channels_to(&n, 3000) == 0 {
             assert!(Instant::now() < deadline, "no channel of its own");

@@ -148,6 +148,13 @@ impl Net {
         }
     }
 
+    /// An application listening on `port`, and its listener's channel.
+    fn listening(&mut self, port: u16) -> (App, ChannelId) {
+        let a = self.app();
+        let (listener, _) = self.mux.bind_socket(a.ep, tcp(port, None)).unwrap();
+        (a, listener)
+    }
+
     /// A connection channel to the peer's port `remote_port` (0: ephemeral local port).
     fn connect(&mut self, a: &App, port: u16, remote_port: u16) -> (ChannelId, u16) {
         self.mux
@@ -678,8 +685,7 @@ proptest! {
 fn an_accepted_connection_is_followed_on_its_listeners_channel() {
     const PORT: u16 = 8080;
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    let (mut a, listener) = n.listening(PORT);
     // The handshake, all on the listener's channel.
     assert_eq!(n.peer(&mut a, PORT, SYN, IRS, 0, &[]), 1);
     n.send(&mut a, listener, PORT, SYN | ACK, ISS, IRS + 1, &[]);
@@ -720,8 +726,7 @@ fn an_accepted_connection_is_followed_on_its_listeners_channel() {
 fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
     const PORT: u16 = 8080;
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    let (mut a, listener) = n.listening(PORT);
     // A SYN flood answered with SYN-ACKs: nothing followed.
     for i in 0..50u16 {
         let f = from_peer(2000 + i, PORT, SYN, IRS, 0, &[]);
@@ -750,8 +755,7 @@ fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
         "half-open connections are not followed"
     );
 
-    let mut a = n.app();
-    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    let (mut a, listener) = n.listening(PORT);
     assert_eq!(n.peer(&mut a, PORT, SYN, IRS, 0, &[]), 1);
     n.send(&mut a, listener, PORT, SYN | ACK, ISS, IRS + 1, &[]);
     assert_eq!(n.peer(&mut a, PORT, ACK, IRS + 1, ISS + 1, b"abc"), 1);
@@ -824,25 +828,10 @@ fn an_accepted_connection_is_followed_before_its_channel_is_bound() {
 fn connections_finished_on_the_listeners_channel_are_followed_no_more() {
     const PORT: u16 = 8080;
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    let (mut a, listener) = n.listening(PORT);
     for i in 0..1100u16 {
         let peer = 20000 + i;
-        let to = |fl, seq, ack, data: &[u8]| {
-            build::tcp_frame(
-                HOST_MAC,
-                PEER_MAC,
-                HOST,
-                PEER,
-                PORT,
-                peer,
-                fl,
-                seq,
-                ack,
-                &[],
-                data,
-            )
-        };
+        let to = |fl, seq, ack, data: &[u8]| tcp_to_peer(PORT, peer, fl, seq, ack, data);
         let from = |fl, seq, ack| from_peer(peer, PORT, fl, seq, ack, &[]);
         // Our answer, then our FIN (quiet, as a closed socket's), the
         // peer's ACK of it, its FIN and our ACK of that: TIME-WAIT, held.
@@ -881,8 +870,7 @@ fn connections_finished_on_the_listeners_channel_are_followed_no_more() {
 fn an_endpoint_follows_a_bounded_number_of_connections() {
     const PORT: u16 = 8080;
     let mut n = Net::new(MuxConfig::default());
-    let mut a = n.app();
-    let (listener, _) = n.mux.bind_socket(a.ep, tcp(PORT, None)).unwrap();
+    let (mut a, listener) = n.listening(PORT);
     for i in 0..1100u16 {
         let f = build::tcp_frame(
             HOST_MAC,
