@@ -380,7 +380,7 @@ impl Daemon {
 
     /// Accepts new connections and serves the requests that have come, at
     /// most [`REQUESTS_PER_ROUND`] of each connection; returns how many.
-    pub fn serve_control(&mut self) -> usize {
+    fn serve_control(&mut self) -> usize {
         let mut ready = std::mem::take(&mut self.ready);
         self.sockets.ready(&mut ready);
         let mut served = 0;

@@ -156,8 +156,9 @@ pub(crate) struct Conn {
     slot: Option<usize>,
     /// `TcpTable::tuples` maps its 4-tuple (the socket's local and peer) to it.
     tupled: bool,
-    /// Accepted, and its own channel's bind not begun yet ([`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)) or
-    /// not answered: it sends on its listener's channel meanwhile.
+    /// Accepted, and its own channel's bind not begun yet
+    /// ([`lazy_bind`](crate::StackConfig::lazy_bind)) or not answered: it
+    /// sends on its listener's channel meanwhile.
     promoting: bool,
 }
 
@@ -260,7 +261,8 @@ pub(crate) struct TcpTable {
     /// Promotions among `ahead`.
     promotions: usize,
     /// Connections accepted through a daemon that have no own channel yet,
-    /// with their 4-tuple, by when they ask for it ([`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)).
+    /// with their 4-tuple, by when they ask for it
+    /// ([`lazy_bind`](crate::StackConfig::lazy_bind)).
     lazy: VecDeque<(Time, usize, SocketAddrV4, SocketAddrV4)>,
 }
 
@@ -1129,8 +1131,8 @@ impl Inner {
 
     /// Moves a connection out of its listener's SYN queue once synchronized
     /// and queues it for `accept`. In process it asks for its own channel at
-    /// once; through a daemon once it has lived [`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind)
-    /// ([`Inner::tcp_bind_lazy`]).
+    /// once; through a daemon once it has lived
+    /// [`lazy_bind`](crate::StackConfig::lazy_bind) ([`Inner::tcp_bind_lazy`]).
     fn tcp_promote(&mut self, id: usize, lid: usize) {
         let (local, remote) = {
             let s = self.sock(id);
@@ -1166,9 +1168,8 @@ impl Inner {
     }
 
     /// Begins the binds of the connections accepted
-    /// [`StackConfig::lazy_bind`](crate::StackConfig::lazy_bind) ago that
-    /// still live and still send: one that winds down ends on its
-    /// listener's channel.
+    /// [`lazy_bind`](crate::StackConfig::lazy_bind) ago that still live and
+    /// still send: one that winds down ends on its listener's channel.
     pub(super) fn tcp_bind_lazy(&mut self, now: Time) {
         while let Some(&(due, id, local, remote)) = self.tcp.lazy.front() {
             if due > now {
