@@ -244,10 +244,15 @@ impl ConnTrack {
     /// Reset, or closed both ways with both FINs acknowledged: what is left
     /// is a TIME-WAIT at most, which the library hands to the multiplexer.
     pub fn finished(&self) -> bool {
-        let fin_acked = self
+        self.reset || (self.peer_fin.is_some() && self.fins_acked())
+    }
+
+    /// Our FIN acknowledged by the peer, and the peer's FIN by us.
+    fn fins_acked(&self) -> bool {
+        let ours = self
             .fin
             .is_some_and(|f| self.peer_ack == Some(f.wrapping_add(1)));
-        self.reset || (fin_acked && self.peer_fin.is_some() && self.peer_fin_acked)
+        ours && self.peer_fin_acked
     }
 
     /// What to do now that the channel goes, at `now`, TIME-WAIT lasting
@@ -258,11 +263,8 @@ impl ConnTrack {
         if self.ack.is_none() || self.reset {
             return Fate::Done;
         }
-        let fin_acked = self
-            .fin
-            .is_some_and(|f| self.peer_ack == Some(f.wrapping_add(1)));
         match self.peer_fin {
-            Some((f, at)) if fin_acked && self.peer_fin_acked => {
+            Some((f, at)) if self.fins_acked() => {
                 let until = at + time_wait;
                 if self.closed_first && until > now {
                     Fate::TimeWait(Hold {

@@ -529,8 +529,6 @@ impl Daemon {
         }
     }
 
-    /// The endpoint, if the connection owns it and may bind one more
-    /// channel.
     /// A channel of one of this connection's endpoints.
     fn owned_channel(&self, conn: u64, channel: u32) -> Result<ChannelId, (ErrorCode, String)> {
         let ch = ChannelId(channel);
@@ -543,6 +541,8 @@ impl Daemon {
         }
     }
 
+    /// The endpoint, if the connection owns it and may bind one more
+    /// channel.
     fn channel_room(
         &self,
         conn: u64,
@@ -575,7 +575,7 @@ impl Daemon {
             return Err(bad("descriptors on a request that takes none"));
         }
         match req {
-            // Answered by the control thread.
+            // Answered in `serve_request`, before anything runs here.
             Request::Hello { .. } => Ok(Reply::Hello {
                 version: CONTROL_VERSION,
             }),

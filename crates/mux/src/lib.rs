@@ -982,7 +982,6 @@ impl Mux {
         self.ports.unhold(Proto::Tcp, t.local.1);
     }
 
-    /// Ends the holds whose 2×MSL ran out by `now`.
     /// Holds the TIME-WAIT of the followed connections that finished: the
     /// library lets go of a connection in TIME-WAIT, and one without a
     /// channel of its own has no unbind to say so.
@@ -1017,6 +1016,7 @@ impl Mux {
         }
     }
 
+    /// Ends the holds whose 2×MSL ran out by `now`.
     fn expire_time_wait(&mut self, now: Instant) {
         while let Some(old) = self.time_wait.pop_expired(now) {
             self.release_time_wait(old);

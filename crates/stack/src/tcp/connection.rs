@@ -1944,9 +1944,9 @@ impl Connection {
     /// by the segments each ACK covers, at most one MSS (RFC 3465's L = 1),
     /// so ACKs held for the reads of whole batches kept it near linear: 2 MB
     /// through two daemons took 1.46 Gbit/s (median of 7) against 2.35 with
-    /// this, a bulk transfer 6. Linux's
-    /// receiver, likewise, acknowledges every second segment at once while
-    /// its advertised window still grows (`rcv_ssthresh`).
+    /// this, where a bulk transfer takes 6. Linux's receiver, likewise,
+    /// acknowledges every second segment at once while its advertised
+    /// window still grows (`rcv_ssthresh`).
     fn ramping(&self) -> bool {
         self.app_read + (self.recv.len() as u64) < self.config.recv_buffer as u64
     }

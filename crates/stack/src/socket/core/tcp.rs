@@ -639,13 +639,10 @@ impl Inner {
         if let Some(e) = self.sock_mut(id).error.take() {
             return Some(Err(e.into()));
         }
-        let c = self.conn_mut(id)?;
-        if c.read_shut {
+        if self.conn_mut(id)?.read_shut {
             return Some(Ok(0));
         }
-        if c.conn.release_held_ack() {
-            self.tcp_after(id, self.clock);
-        }
+        self.tcp_waits_to_read(id);
         let c = self.conn_mut(id)?;
         let n = if peek {
             c.conn.peek(buf)
@@ -665,8 +662,8 @@ impl Inner {
         ended.then_some(Ok(0))
     }
 
-    /// A readiness wait for reading on connection `id`: the handshake's ACK,
-    /// if held for a first write, goes now.
+    /// The application reads, or waits to read, on connection `id`: the
+    /// handshake's ACK, if held for a first write, goes now.
     pub fn tcp_waits_to_read(&mut self, id: usize) {
         if conn_in(&mut self.sockets, id).is_some_and(|c| c.conn.release_held_ack()) {
             self.tcp_after(id, self.clock);
