@@ -3,6 +3,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering as StdOrdering};
 use std::time::Duration;
 
 use crate::ring::{Keep, Producer};
@@ -25,6 +26,11 @@ pub struct Doorbell {
     rx: OwnedFd,
     /// Sent on to ring `rx`.
     tx: OwnedFd,
+    /// `rx` was made blocking ([`receive_or_hangup`](Self::receive_or_hangup)).
+    blocking: AtomicBool,
+    /// The receive timeout last given to `rx`, in milliseconds (0: none;
+    /// `u32::MAX`: not yet given).
+    rcvtimeo_ms: AtomicU32,
 }
 
 impl Doorbell {
@@ -43,12 +49,17 @@ impl Doorbell {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: both are fresh descriptors owned by nobody else.
-        Ok(unsafe {
-            Doorbell {
-                rx: OwnedFd::from_raw_fd(fds[0]),
-                tx: OwnedFd::from_raw_fd(fds[1]),
-            }
-        })
+        let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(Doorbell::of(rx, tx))
+    }
+
+    fn of(rx: OwnedFd, tx: OwnedFd) -> Doorbell {
+        Doorbell {
+            rx,
+            tx,
+            blocking: AtomicBool::new(false),
+            rcvtimeo_ms: AtomicU32::new(u32::MAX),
+        }
     }
 
     /// Adopts the two ends received from the other side; both must be
@@ -74,7 +85,7 @@ impl Doorbell {
                 ));
             }
         }
-        Ok(Doorbell { rx, tx })
+        Ok(Doorbell::of(rx, tx))
     }
 
     /// Both ends, to hand to the other side: (waited on, rung through).
@@ -84,10 +95,7 @@ impl Doorbell {
 
     /// Other descriptors for the same two ends.
     pub fn try_clone(&self) -> io::Result<Doorbell> {
-        Ok(Doorbell {
-            rx: self.rx.try_clone()?,
-            tx: self.tx.try_clone()?,
-        })
+        Ok(Doorbell::of(self.rx.try_clone()?, self.tx.try_clone()?))
     }
 
     /// Wakes whoever waits on this doorbell. Never blocks; a full queue or
@@ -116,53 +124,27 @@ impl Doorbell {
     /// drains. Returns whether it was rung. An interrupted wait counts as
     /// not rung; callers loop anyway.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        Ok(self.wait_or_hangup(timeout, None)? == Ring::Rung)
-    }
-
-    /// [`wait`](Self::wait), also returning when `hangup` (a socket to the
-    /// other side) hangs up: the other side is gone and will never ring.
-    pub fn wait_or_hangup(
-        &self,
-        timeout: Option<Duration>,
-        hangup: Option<BorrowedFd<'_>>,
-    ) -> io::Result<Ring> {
         let ms = match timeout {
             None => -1,
             // Round up, so that a short timeout still sleeps.
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
-        let mut fds = [
-            libc::pollfd {
-                fd: self.rx.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                // poll skips a negative descriptor.
-                fd: hangup.map_or(-1, |h| h.as_raw_fd()),
-                events: libc::POLLRDHUP,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds, for the duration of the call; the
-        // hang-up descriptor is borrowed for it.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        let mut fd = libc::pollfd {
+            fd: self.rx.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let r = unsafe { libc::poll(&mut fd, 1, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(Ring::TimedOut)
+                Ok(false)
             } else {
                 Err(e)
             };
         }
-        if fds[1].revents != 0 {
-            return Ok(Ring::HangUp);
-        }
-        Ok(if fds[0].revents != 0 && self.drain()? {
-            Ring::Rung
-        } else {
-            Ring::TimedOut
-        })
+        Ok(fd.revents != 0 && self.drain()?)
     }
 
     /// Empties the queue (it holds only a few datagrams, so this is
@@ -170,46 +152,172 @@ impl Doorbell {
     /// batch at a time, so the usual one or two cost one system call, not
     /// one each and another to find the queue empty.
     pub fn drain(&self) -> io::Result<bool> {
-        const BATCH: usize = 16;
-        let mut bytes = [0u8; BATCH];
         let mut any = false;
         loop {
-            // SAFETY: all-zero iovecs and mmsghdrs are valid (no name, no
-            // control); each header points at its iovec and each iovec at
-            // one byte of `bytes`, all live for the call, which writes at
-            // most BATCH headers and one byte per message.
-            let n = unsafe {
-                let mut iov: [libc::iovec; BATCH] = std::mem::zeroed();
-                let mut msgs: [libc::mmsghdr; BATCH] = std::mem::zeroed();
-                for (i, (v, m)) in iov.iter_mut().zip(msgs.iter_mut()).enumerate() {
-                    v.iov_base = bytes.as_mut_ptr().add(i).cast();
-                    v.iov_len = 1;
-                    m.msg_hdr.msg_iov = v;
-                    m.msg_hdr.msg_iovlen = 1;
+            match self.receive_batch(libc::MSG_DONTWAIT) {
+                Ok(n) => {
+                    any = true;
+                    // A short batch emptied the queue.
+                    if n < DRAIN_BATCH {
+                        return Ok(true);
+                    }
                 }
-                libc::recvmmsg(
-                    self.rx.as_raw_fd(),
-                    msgs.as_mut_ptr(),
-                    BATCH as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                return match e.kind() {
-                    io::ErrorKind::WouldBlock => Ok(any),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => Err(e),
-                };
-            }
-            any = true;
-            // A short batch emptied the queue.
-            if (n as usize) < BATCH {
-                return Ok(true);
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(any),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }
+
+    /// [`wait`](Self::wait), also returning when `hangup` (a socket to the
+    /// other side) hangs up, and asleep in the receive itself, for the side that alone reads this doorbell (the
+    /// application: the multiplexer only rings it): one blocking `recvmmsg`
+    /// (`MSG_WAITFORONE`) sleeps and drains, where a poll and a drain cost
+    /// two system calls at every wake-up. Through two daemons on a 2-vCPU
+    /// VM, where a system call is dear, connections a second rose by 9% and
+    /// round trips fell by 7% (medians of 8 and 6 interleaved runs).
+    ///
+    /// `rx` is made blocking once (its file status flag is shared with the
+    /// other side's descriptor, whose calls are each `MSG_DONTWAIT`), and
+    /// given the timeout as `SO_RCVTIMEO`, set again only when it changes
+    /// (whole milliseconds, rounded up as poll's). A receive does not end
+    /// when the other side goes away, so it sleeps at most
+    /// [`HANGUP_LOOK`] at a time and looks for the hang-up (a poll that does
+    /// not block) whenever it timed out. One thread at a time may wait so.
+    pub fn receive_or_hangup(
+        &self,
+        timeout: Option<Duration>,
+        hangup: BorrowedFd<'_>,
+    ) -> io::Result<Ring> {
+        let t = timeout.map_or(HANGUP_LOOK, |t| t.min(HANGUP_LOOK));
+        let ms = t.as_nanos().div_ceil(1_000_000) as u32;
+        if ms == 0 {
+            return Ok(if self.drain()? {
+                Ring::Rung
+            } else {
+                hung_up(hangup)?
+            });
+        }
+        if !self.blocking.swap(true, StdOrdering::Relaxed) {
+            set_blocking(self.rx.as_fd())?;
+        }
+        if self.rcvtimeo_ms.swap(ms, StdOrdering::Relaxed) != ms {
+            set_rcvtimeo(self.rx.as_fd(), ms)?;
+        }
+        match self.receive_batch(libc::MSG_WAITFORONE) {
+            Ok(n) => {
+                if n == DRAIN_BATCH {
+                    self.drain()?;
+                }
+                Ok(Ring::Rung)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                hung_up(hangup)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One `recvmmsg` of up to [`DRAIN_BATCH`] rings with `flags`: how many
+    /// it took (at least one).
+    fn receive_batch(&self, flags: libc::c_int) -> io::Result<usize> {
+        let mut bytes = [0u8; DRAIN_BATCH];
+        // SAFETY: all-zero iovecs and mmsghdrs are valid (no name, no
+        // control); each header points at its iovec and each iovec at one
+        // byte of `bytes`, all live for the call, which writes at most
+        // DRAIN_BATCH headers and one byte per message.
+        let n = unsafe {
+            let mut iov: [libc::iovec; DRAIN_BATCH] = std::mem::zeroed();
+            let mut msgs: [libc::mmsghdr; DRAIN_BATCH] = std::mem::zeroed();
+            for (i, (v, m)) in iov.iter_mut().zip(msgs.iter_mut()).enumerate() {
+                v.iov_base = bytes.as_mut_ptr().add(i).cast();
+                v.iov_len = 1;
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            libc::recvmmsg(
+                self.rx.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                DRAIN_BATCH as libc::c_uint,
+                flags,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+/// Rings taken by one `recvmmsg`.
+const DRAIN_BATCH: usize = 16;
+
+/// The longest sleep of [`Doorbell::receive_or_hangup`] before it looks
+/// whether the other side went away.
+pub const HANGUP_LOOK: Duration = Duration::from_millis(50);
+
+/// [`Ring::HangUp`] if `fd` hung up, else [`Ring::TimedOut`]; never blocks.
+fn hung_up(fd: BorrowedFd<'_>) -> io::Result<Ring> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(if r > 0 && p.revents != 0 {
+        Ring::HangUp
+    } else {
+        Ring::TimedOut
+    })
+}
+
+/// Clears `O_NONBLOCK` on `fd`'s open file description.
+fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: F_GETFL and F_SETFL on a descriptor we borrow; no pointers.
+    let r = unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 {
+            flags
+        } else {
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK)
+        }
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets `SO_RCVTIMEO` on socket `fd` to `ms` milliseconds.
+fn set_rcvtimeo(fd: BorrowedFd<'_>, ms: u32) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_usec: ((ms % 1000) * 1000) as libc::suseconds_t,
+    };
+    // SAFETY: setsockopt reads a timeval of the size given, from a live local.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl AsFd for Doorbell {
@@ -245,7 +353,7 @@ impl Doorbells {
     }
 }
 
-/// How a [`Doorbell::wait_or_hangup`] ended.
+/// How a [`Doorbell::receive_or_hangup`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ring {
     Rung,
@@ -327,7 +435,9 @@ impl Sleeper {
     }
 
     /// [`sleep`](Self::sleep), also waking with [`Wakeup::HangUp`] when
-    /// `hangup` (the control socket) hangs up: the other side is gone.
+    /// `hangup` (the control socket) hangs up: the other side is gone. The
+    /// application's sleep: in the doorbell's receive, seeing the hang-up
+    /// within [`HANGUP_LOOK`] ([`Doorbell::receive_or_hangup`]).
     pub fn sleep_or_hangup(
         &self,
         timeout: Option<Duration>,
@@ -340,7 +450,13 @@ impl Sleeper {
             word.end_sleep();
             return Ok(Wakeup::Ready);
         }
-        let ring = self.bell.wait_or_hangup(timeout, hangup);
+        let ring = match hangup {
+            Some(h) => self.bell.receive_or_hangup(timeout, h),
+            None => self
+                .bell
+                .wait(timeout)
+                .map(|rung| if rung { Ring::Rung } else { Ring::TimedOut }),
+        };
         word.end_sleep();
         Ok(match ring? {
             Ring::Rung => Wakeup::Signaled,

@@ -722,6 +722,53 @@ fn doorbell_drains_every_ring() {
     }
 }
 
+/// The application's sleep in the doorbell's receive: a ring ends it and
+/// is drained by it, whatever the number of rings; a timeout ends it; the
+/// other side's going away ends it within `HANGUP_LOOK` even with no
+/// timeout; and the descriptor it made blocking still never blocks a drain.
+#[test]
+fn a_receive_wakes_on_rings_timeouts_and_hangups() {
+    let e = Doorbell::new().unwrap();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    for rings in [1, 15, 16, 17] {
+        for _ in 0..rings {
+            e.signal().unwrap();
+        }
+        let r = e.receive_or_hangup(None, ours.as_fd()).unwrap();
+        assert_eq!(r, Ring::Rung, "{rings} rings");
+        assert!(!e.drain().unwrap(), "{rings} rings left some");
+    }
+    // Rung while asleep.
+    let woke = std::thread::scope(|s| {
+        let sleeper = s.spawn(|| e.receive_or_hangup(None, ours.as_fd()).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+        e.signal().unwrap();
+        sleeper.join().unwrap()
+    });
+    assert_eq!(woke, Ring::Rung);
+    // Timeouts, the zero one included, and changing between calls.
+    for ms in [0, 3, 0, 3, 1] {
+        let t = Instant::now();
+        let r = e
+            .receive_or_hangup(Some(Duration::from_millis(ms)), ours.as_fd())
+            .unwrap();
+        assert_eq!(r, Ring::TimedOut, "{ms} ms");
+        assert!(t.elapsed() >= Duration::from_millis(ms), "{ms} ms");
+    }
+    // Rx is blocking now: a drain of the empty queue still returns.
+    assert!(!e.drain().unwrap());
+    // The other side goes away while we sleep without a timeout.
+    let t = Instant::now();
+    let woke = std::thread::scope(|s| {
+        let sleeper = s.spawn(|| e.receive_or_hangup(None, ours.as_fd()).unwrap());
+        std::thread::sleep(Duration::from_millis(10));
+        drop(theirs);
+        sleeper.join().unwrap()
+    });
+    assert_eq!(woke, Ring::HangUp);
+    assert!(t.elapsed() < HANGUP_LOOK * 20, "seen within a few looks");
+}
+
 #[test]
 fn in_process_split() {
     let (mut app, mut mux) = Segment::create(&small()).unwrap().split().unwrap();
