@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering as StdOrdering};
+use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::time::Duration;
 
 use crate::ring::{Keep, Producer};
@@ -26,11 +26,9 @@ pub struct Doorbell {
     rx: OwnedFd,
     /// Sent on to ring `rx`.
     tx: OwnedFd,
-    /// `rx` was made blocking ([`receive_or_hangup`](Self::receive_or_hangup)).
-    blocking: AtomicBool,
-    /// The receive timeout last given to `rx`, in milliseconds (0: none;
-    /// `u32::MAX`: not yet given).
-    rcvtimeo_ms: AtomicU32,
+    /// `rx` was made blocking, with [`RECEIVE_SLICE`] as its receive timeout
+    /// ([`receive_or_hangup`](Self::receive_or_hangup)).
+    receiving: AtomicBool,
 }
 
 impl Doorbell {
@@ -57,8 +55,7 @@ impl Doorbell {
         Doorbell {
             rx,
             tx,
-            blocking: AtomicBool::new(false),
-            rcvtimeo_ms: AtomicU32::new(u32::MAX),
+            receiving: AtomicBool::new(false),
         }
     }
 
@@ -124,27 +121,53 @@ impl Doorbell {
     /// drains. Returns whether it was rung. An interrupted wait counts as
     /// not rung; callers loop anyway.
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        Ok(self.wait_or_hangup(timeout, None)? == Ring::Rung)
+    }
+
+    /// [`wait`](Self::wait), also returning when `hangup` (a socket to the
+    /// other side) hangs up: the other side is gone and will never ring.
+    pub fn wait_or_hangup(
+        &self,
+        timeout: Option<Duration>,
+        hangup: Option<BorrowedFd<'_>>,
+    ) -> io::Result<Ring> {
         let ms = match timeout {
             None => -1,
             // Round up, so that a short timeout still sleeps.
             Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32,
         };
-        let mut fd = libc::pollfd {
-            fd: self.rx.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the duration of the call.
-        let r = unsafe { libc::poll(&mut fd, 1, ms) };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.rx.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // poll skips a negative descriptor.
+                fd: hangup.map_or(-1, |h| h.as_raw_fd()),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds, for the duration of the call; the
+        // hang-up descriptor is borrowed for it.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
+                Ok(Ring::TimedOut)
             } else {
                 Err(e)
             };
         }
-        Ok(fd.revents != 0 && self.drain()?)
+        if fds[1].revents != 0 {
+            return Ok(Ring::HangUp);
+        }
+        Ok(if fds[0].revents != 0 && self.drain()? {
+            Ring::Rung
+        } else {
+            Ring::TimedOut
+        })
     }
 
     /// Empties the queue (it holds only a few datagrams, so this is
@@ -169,40 +192,34 @@ impl Doorbell {
         }
     }
 
-    /// [`wait`](Self::wait), also returning when `hangup` (a socket to the
-    /// other side) hangs up, and asleep in the receive itself, for the side that alone reads this doorbell (the
-    /// application: the multiplexer only rings it): one blocking `recvmmsg`
+    /// [`wait_or_hangup`](Self::wait_or_hangup) for the side that alone
+    /// reads this doorbell (the application: the multiplexer only rings
+    /// it), asleep in the receive itself unless a timer of the caller's is
+    /// due within [`RECEIVE_SLICE`]: one blocking `recvmmsg`
     /// (`MSG_WAITFORONE`) sleeps and drains, where a poll and a drain cost
-    /// two system calls at every wake-up. Through two daemons on a 2-vCPU
-    /// VM, where a system call is dear, connections a second rose by 9% and
-    /// round trips fell by 7% (medians of 8 and 6 interleaved runs).
+    /// two system calls at every wake-up.
     ///
-    /// `rx` is made blocking once (its file status flag is shared with the
-    /// other side's descriptor, whose calls are each `MSG_DONTWAIT`), and
-    /// given the timeout as `SO_RCVTIMEO`, set again only when it changes
-    /// (whole milliseconds, rounded up as poll's). A receive does not end
-    /// when the other side goes away, so it sleeps at most
-    /// [`HANGUP_LOOK`] at a time and looks for the hang-up (a poll that does
-    /// not block) whenever it timed out. One thread at a time may wait so.
+    /// The receive's timeout, `SO_RCVTIMEO`, runs on the kernel's tick (4 ms
+    /// at HZ=250) where poll's is high-resolution, and setting it costs a
+    /// system call: so it is set once, to `RECEIVE_SLICE`, and a shorter
+    /// timeout (a delayed ACK, a reordering timer) waits in poll. A longer
+    /// sleep ends after a slice or two, and the caller sleeps again, until
+    /// its timer is near enough for poll. A receive does not end when the
+    /// other side goes away: each that timed out looks for the hang-up (a
+    /// poll that does not block). `rx` is made blocking once (its file
+    /// status flag is shared with the other side's descriptor, whose calls
+    /// are each `MSG_DONTWAIT`). One thread at a time may wait so.
     pub fn receive_or_hangup(
         &self,
         timeout: Option<Duration>,
         hangup: BorrowedFd<'_>,
     ) -> io::Result<Ring> {
-        let t = timeout.map_or(HANGUP_LOOK, |t| t.min(HANGUP_LOOK));
-        let ms = t.as_nanos().div_ceil(1_000_000) as u32;
-        if ms == 0 {
-            return Ok(if self.drain()? {
-                Ring::Rung
-            } else {
-                hung_up(hangup)?
-            });
+        if timeout.is_some_and(|t| t < RECEIVE_SLICE) {
+            return self.wait_or_hangup(timeout, Some(hangup));
         }
-        if !self.blocking.swap(true, StdOrdering::Relaxed) {
+        if !self.receiving.swap(true, StdOrdering::Relaxed) {
             set_blocking(self.rx.as_fd())?;
-        }
-        if self.rcvtimeo_ms.swap(ms, StdOrdering::Relaxed) != ms {
-            set_rcvtimeo(self.rx.as_fd(), ms)?;
+            set_rcvtimeo(self.rx.as_fd(), RECEIVE_SLICE)?;
         }
         match self.receive_batch(libc::MSG_WAITFORONE) {
             Ok(n) => {
@@ -258,9 +275,10 @@ impl Doorbell {
 /// Rings taken by one `recvmmsg`.
 const DRAIN_BATCH: usize = 16;
 
-/// The longest sleep of [`Doorbell::receive_or_hangup`] before it looks
-/// whether the other side went away.
-pub const HANGUP_LOOK: Duration = Duration::from_millis(50);
+/// The longest sleep of [`Doorbell::receive_or_hangup`] in the receive
+/// (then it looks whether the other side went away); a shorter timeout waits
+/// in poll, whose timer is precise.
+pub const RECEIVE_SLICE: Duration = Duration::from_millis(5);
 
 /// [`Ring::HangUp`] if `fd` hung up, else [`Ring::TimedOut`]; never blocks.
 fn hung_up(fd: BorrowedFd<'_>) -> io::Result<Ring> {
@@ -298,11 +316,11 @@ fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets `SO_RCVTIMEO` on socket `fd` to `ms` milliseconds.
-fn set_rcvtimeo(fd: BorrowedFd<'_>, ms: u32) -> io::Result<()> {
+/// Sets `SO_RCVTIMEO` on socket `fd`.
+fn set_rcvtimeo(fd: BorrowedFd<'_>, t: Duration) -> io::Result<()> {
     let tv = libc::timeval {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_usec: ((ms % 1000) * 1000) as libc::suseconds_t,
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
     };
     // SAFETY: setsockopt reads a timeval of the size given, from a live local.
     let r = unsafe {
@@ -353,7 +371,7 @@ impl Doorbells {
     }
 }
 
-/// How a [`Doorbell::receive_or_hangup`] ended.
+/// How a [`Doorbell::wait_or_hangup`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ring {
     Rung,
@@ -436,8 +454,9 @@ impl Sleeper {
 
     /// [`sleep`](Self::sleep), also waking with [`Wakeup::HangUp`] when
     /// `hangup` (the control socket) hangs up: the other side is gone. The
-    /// application's sleep: in the doorbell's receive, seeing the hang-up
-    /// within [`HANGUP_LOOK`] ([`Doorbell::receive_or_hangup`]).
+    /// application's sleep: in the doorbell's receive when it may be long,
+    /// seeing the hang-up within a [`RECEIVE_SLICE`] or two
+    /// ([`Doorbell::receive_or_hangup`]).
     pub fn sleep_or_hangup(
         &self,
         timeout: Option<Duration>,
@@ -452,10 +471,7 @@ impl Sleeper {
         }
         let ring = match hangup {
             Some(h) => self.bell.receive_or_hangup(timeout, h),
-            None => self
-                .bell
-                .wait(timeout)
-                .map(|rung| if rung { Ring::Rung } else { Ring::TimedOut }),
+            None => self.bell.wait_or_hangup(timeout, None),
         };
         word.end_sleep();
         Ok(match ring? {

@@ -602,6 +602,7 @@ impl Shared {
                 continue;
             }
             // Sleep no longer than the library's own next timer.
+            g.tcp_settle_timers();
             let until = earlier(until, g.next_deadline());
             let timeout = until.map(|u| u.saturating_duration_since(now));
             if g.sleeping {

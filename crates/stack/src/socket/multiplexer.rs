@@ -57,6 +57,10 @@ pub trait Multiplexer: Send {
     fn flush_deferred(&mut self) -> io::Result<()> {
         Ok(())
     }
+    /// Whether deferred requests wait for a request to go with.
+    fn has_deferred(&self) -> bool {
+        false
+    }
     /// Installs a handler (ASH) on a channel, replacing any it had.
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()>;
     /// Removes a channel's handler.
@@ -138,6 +142,10 @@ impl Multiplexer for Client {
 
     fn flush_deferred(&mut self) -> io::Result<()> {
         Ok(Client::flush(self)?)
+    }
+
+    fn has_deferred(&self) -> bool {
+        self.deferred_since().is_some()
     }
 
     fn install_handler(&mut self, channel: u32, spec: &HandlerSpec) -> io::Result<()> {

@@ -1289,6 +1289,34 @@ impl Inner {
         }
     }
 
+    /// Replaces the timer heap's stale tops before a sleep. A connection's
+    /// entry stays when its deadline moves later (a delayed ACK that left
+    /// with data, leaving the probe timer), to be skipped at its time: cheap
+    /// while busy, but a sleep would end there for nothing, and be too short
+    /// to wait in the doorbell's receive
+    /// ([`exonet_shm::Doorbell::receive_or_hangup`]). So does the bound of
+    /// held-back unbinds once a request took them along.
+    pub(crate) fn tcp_settle_timers(&mut self) {
+        if self.tcp.unbinds_until.is_some() && !self.control().has_deferred() {
+            self.tcp.unbinds_until = None;
+        }
+        while let Some(&Reverse((t, id))) = self.tcp.timers.peek() {
+            let Some(c) = conn_in(&mut self.sockets, id).filter(|c| c.armed == Some(t)) else {
+                self.tcp.timers.pop();
+                continue;
+            };
+            let due = c.conn.poll_timeout();
+            if due.is_some_and(|d| d <= t) {
+                return;
+            }
+            self.tcp.timers.pop();
+            c.armed = due;
+            if let Some(d) = due {
+                self.tcp.timers.push(Reverse((d, id)));
+            }
+        }
+    }
+
     /// Answers the connections marked in this pump, and unbinds what is due.
     pub(super) fn tcp_transmit_dirty(&mut self, now: Time) {
         // Every connection a full ring or pool stopped is marked dirty and
