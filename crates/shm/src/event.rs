@@ -18,8 +18,10 @@ use crate::wake::WakeWord;
 /// status flags (an eventfd's `O_NONBLOCK` can be cleared by anyone holding
 /// it, and a write to a full eventfd then blocks) and however many rings it
 /// leaves unread (the queue holds a few datagrams, after which ringing is a
-/// no-op: the waiter is awake anyway), no call here ever blocks except
-/// [`wait`](Self::wait), for at most its timeout.
+/// no-op: the waiter is awake anyway), no call here ever blocks except the
+/// waits ([`wait`](Self::wait), and the application's
+/// [`receive_or_hangup`](Self::receive_or_hangup)), each for at most its
+/// timeout.
 #[derive(Debug)]
 pub struct Doorbell {
     /// Waited on and drained.
@@ -289,8 +291,11 @@ fn hung_up(fd: BorrowedFd<'_>) -> io::Result<Ring> {
     };
     // SAFETY: one valid pollfd, for the duration of the call.
     let r = unsafe { libc::poll(&mut p, 1, 0) };
-    if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-        return Err(io::Error::last_os_error());
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
     Ok(if r > 0 && p.revents != 0 {
         Ring::HangUp
