@@ -2,6 +2,8 @@
 //! process on one end of a memwire, the test on the other end answering ARP and
 //! sending well-formed and hostile frames to an application's sockets.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -625,11 +627,7 @@ fn a_close_acknowledges_the_fin_that_has_arrived() {
     // The FIN reaches the application's rx ring while nobody is in the stack.
     let delivered = rx_frames(&n);
     n.inject(&[n.tcp(4000, flags::FIN | flags::ACK, 503, iss, &[], &[])]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while rx_frames(&n) == delivered {
-        assert!(Instant::now() < deadline, "the FIN was not delivered");
-        std::thread::sleep(Duration::from_micros(100));
-    }
+    common::until("the FIN delivered", || rx_frames(&n) > delivered);
     drop(s);
     let mut seg = n.next_tcp_to(4000);
     // The keeper's pump, had it come first (a tick without a pump, or the

@@ -6,6 +6,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::time::Duration;
 
+use crate::control::{set_nonblocking, set_read_timeout};
 use crate::ring::{Keep, Producer};
 use crate::wake::WakeWord;
 
@@ -207,8 +208,8 @@ impl Doorbell {
     /// timeout (a delayed ACK, a reordering timer) waits in poll. A longer
     /// sleep ends after a slice or two, and the caller sleeps again, until
     /// its timer is near enough for poll. A receive does not end when the
-    /// other side goes away: each that timed out looks for the hang-up (a
-    /// poll that does not block). `rx` is made blocking once (its file
+    /// other side goes away: each that timed out looks for the hang-up in a
+    /// wait that does not block (which takes a ring come meanwhile too). `rx` is made blocking once (its file
     /// status flag is shared with the other side's descriptor, whose calls
     /// are each `MSG_DONTWAIT`). One thread at a time may wait so.
     pub fn receive_or_hangup(
@@ -220,8 +221,8 @@ impl Doorbell {
             return self.wait_or_hangup(timeout, Some(hangup));
         }
         if !self.receiving.swap(true, StdOrdering::Relaxed) {
-            set_blocking(self.rx.as_fd())?;
-            set_rcvtimeo(self.rx.as_fd(), RECEIVE_SLICE)?;
+            set_nonblocking(self.rx.as_fd(), false)?;
+            set_read_timeout(self.rx.as_fd(), Some(RECEIVE_SLICE))?;
         }
         match self.receive_batch(libc::MSG_WAITFORONE) {
             Ok(n) => {
@@ -236,7 +237,7 @@ impl Doorbell {
                     io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                 ) =>
             {
-                hung_up(hangup)
+                self.wait_or_hangup(Some(Duration::ZERO), Some(hangup))
             }
             Err(e) => Err(e),
         }
@@ -281,67 +282,6 @@ const DRAIN_BATCH: usize = 16;
 /// (then it looks whether the other side went away); a shorter timeout waits
 /// in poll, whose timer is precise.
 pub const RECEIVE_SLICE: Duration = Duration::from_millis(5);
-
-/// [`Ring::HangUp`] if `fd` hung up, else [`Ring::TimedOut`]; never blocks.
-fn hung_up(fd: BorrowedFd<'_>) -> io::Result<Ring> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLRDHUP,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(if r > 0 && p.revents != 0 {
-        Ring::HangUp
-    } else {
-        Ring::TimedOut
-    })
-}
-
-/// Clears `O_NONBLOCK` on `fd`'s open file description.
-fn set_blocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: F_GETFL and F_SETFL on a descriptor we borrow; no pointers.
-    let r = unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 {
-            flags
-        } else {
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK)
-        }
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Sets `SO_RCVTIMEO` on socket `fd`.
-fn set_rcvtimeo(fd: BorrowedFd<'_>, t: Duration) -> io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: setsockopt reads a timeval of the size given, from a live local.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
 
 impl AsFd for Doorbell {
     /// The end to wait on (in one's own poll/epoll set).
