@@ -114,6 +114,18 @@
  * clears it, fences and re-checks its rings before one that does not.
  * Switching upcalls back on: clear UPCALLS_OFF, fence, and if a thread of
  * yours sleeps and your rings have work, ring your own doorbell.
+ *
+ * An application may sleep in FUTEX_WAIT instead (one thread, on its own
+ * word; a wake-up across CPUs costs less than a datagram's):
+ *     seen = rung;  flags |= SLEEPING | FUTEX;  __atomic_thread_fence(SEQ_CST);
+ *     if (my rings have work) { flags &= ~(SLEEPING | FUTEX); return; }
+ *     futex(&rung, FUTEX_WAIT, seen, timeout) (not private: shared memory);
+ *     flags &= ~(SLEEPING | FUTEX);
+ * and whoever would ring it, seeing FUTEX with SLEEPING, does instead
+ *     __atomic_fetch_add(&rung, 1, RELEASE);  futex(&rung, FUTEX_WAKE, INT_MAX);
+ * A futex does not see the other side go away: look for the control
+ * socket's hang-up after each wait that timed out, and drain the doorbell
+ * then too (an almost-full signal while awake goes there).
  */
 #ifndef EXONET_ENDPOINT_H
 #define EXONET_ENDPOINT_H
@@ -148,6 +160,7 @@
 #define EXONET_WAKE_UPCALLS_OFF 0x2u /* never signal me */
 #define EXONET_WAKE_ALMOST_FULL 0x4u /* signal me when rx reaches almost_full */
 #define EXONET_WAKE_RX_ONLY 0x8u     /* my sleep waits for rx only: no signal for tx taken */
+#define EXONET_WAKE_FUTEX 0x10u      /* I sleep in FUTEX_WAIT on rung: bump it and FUTEX_WAKE */
 
 struct exonet_desc {
     uint32_t offset;  /* from the start of the segment */
@@ -165,6 +178,7 @@ struct exonet_ring_info {
 struct exonet_wake {
     uint32_t flags;       /* EXONET_WAKE_*, written by the owner */
     uint32_t almost_full; /* rx threshold in entries */
+    uint32_t rung;        /* bumped before a FUTEX_WAKE, written by the waker */
 } __attribute__((aligned(64)));
 
 struct exonet_segment_header {

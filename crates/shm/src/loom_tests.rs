@@ -46,6 +46,7 @@ fn wake_word(flags: u32) -> Arc<WakeWord> {
     Arc::new(WakeWord {
         flags: AtomicU32::new(flags),
         almost_full: AtomicU32::new(0),
+        rung: AtomicU32::new(0),
     })
 }
 
@@ -178,6 +179,29 @@ fn loom_wakeup_not_lost() {
         let signalled = waker.join().unwrap();
         word.end_sleep();
         assert!(!blocks || signalled, "lost wake-up");
+    });
+}
+
+/// The sleep in `FUTEX_WAIT`: if the sleeper's re-check finds the ring
+/// empty, the waker must have seen `SLEEPING | FUTEX` and bumped `rung`
+/// past the value the sleeper looked at, so that its `FUTEX_WAIT`
+/// (modelled: it blocks only while `rung` holds that value) returns.
+#[test]
+fn loom_futex_wakeup_not_lost() {
+    loom::model(|| {
+        let word = wake_word(0);
+        let (mut p, c) = heap::ring(2, false);
+        let w = word.clone();
+        let waker = thread::spawn(move || {
+            push_spin(&mut p, desc(0));
+            w.wants_wakeup() && w.ring_futex()
+        });
+        let seen = word.announce_futex_sleep();
+        let blocks = !c.has_pending();
+        let bumped = waker.join().unwrap();
+        let woken = word.rung.load(Ordering::Acquire) != seen;
+        word.end_sleep();
+        assert!(!blocks || (bumped && woken), "lost wake-up");
     });
 }
 

@@ -19,6 +19,12 @@
 //! the waker sees `SLEEPING` and rings the doorbell. No wake-up is lost, and
 //! in the busy case nobody makes a system call.
 //!
+//! A sleeper may block in `FUTEX_WAIT` on the word's `rung` instead of on
+//! its doorbell ([`WakeWord::FUTEX`]): it reads `rung` before it announces
+//! the sleep, and the waker that sees it sleeping bumps `rung` before its
+//! `FUTEX_WAKE`, so a wake that comes between the look and the wait makes
+//! the wait return at once.
+//!
 //! "Work" is anything the sleeper may be waiting for, so the waker is
 //! whoever just moved an index: a producer that published entries, and also
 //! a consumer that released them (the sleeper may be waiting for ring room,
@@ -29,10 +35,11 @@
 use crate::sync::{fence, AtomicU32, Ordering};
 
 /// One side's wake-up word, on a cache line of its own in the segment
-/// header (`struct exonet_wake` in C). Written by the side it belongs to,
-/// read by the other; as everything in shared memory it is only a hint to
-/// the reader: a wrong value costs a spurious or a missed wake-up of the
-/// side that wrote it, nothing else.
+/// header (`struct exonet_wake` in C). Its flags are written by the side it
+/// belongs to and read by the other, `rung` the other way round; as
+/// everything in shared memory it is only a hint to the reader: a wrong
+/// value costs a spurious or a missed wake-up of the side it belongs to,
+/// nothing else.
 #[repr(C, align(64))]
 pub struct WakeWord {
     /// [`WakeWord::SLEEPING`], [`WakeWord::UPCALLS_OFF`],
@@ -41,6 +48,10 @@ pub struct WakeWord {
     /// The rx "almost full" threshold, in entries (U-Net's second upcall
     /// condition), when [`WakeWord::ALMOST_FULL`] is set.
     pub almost_full: AtomicU32,
+    /// Bumped by the waker of a [`WakeWord::FUTEX`] sleeper before its
+    /// `FUTEX_WAKE`: the value the sleeper's `FUTEX_WAIT` compares, so that
+    /// a wake between its look and its wait is not lost.
+    pub rung: AtomicU32,
 }
 
 impl WakeWord {
@@ -61,6 +72,10 @@ impl WakeWord {
     /// would otherwise be woken once for its own request's completion and
     /// again for the answer).
     pub const RX_ONLY: u32 = 1 << 3;
+    /// With [`WakeWord::SLEEPING`]: the sleeper waits in `FUTEX_WAIT` on
+    /// [`rung`](Self::rung), not on its doorbell: bump `rung` and
+    /// `FUTEX_WAKE` it instead of ringing.
+    pub const FUTEX: u32 = 1 << 4;
 
     /// Sleeper, before the re-check: announce the sleep, then fence.
     pub(crate) fn announce_sleep(&self) {
@@ -68,9 +83,31 @@ impl WakeWord {
         fence(Ordering::SeqCst);
     }
 
+    /// Sleeper, before the re-check of a sleep in `FUTEX_WAIT`: takes the
+    /// value of `rung` to wait on, announces the sleep, then fences. A wake
+    /// that bumps `rung` after the look ends the wait at once.
+    pub(crate) fn announce_futex_sleep(&self) -> u32 {
+        let seen = self.rung.load(Ordering::Relaxed);
+        self.flags
+            .fetch_or(Self::SLEEPING | Self::FUTEX, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        seen
+    }
+
     /// Sleeper, when awake again.
     pub(crate) fn end_sleep(&self) {
-        self.flags.fetch_and(!Self::SLEEPING, Ordering::Relaxed);
+        self.flags
+            .fetch_and(!(Self::SLEEPING | Self::FUTEX), Ordering::Relaxed);
+    }
+
+    /// Waker, having decided to signal: whether the sleeper waits in
+    /// `FUTEX_WAIT`; if so, `rung` is bumped for it.
+    pub(crate) fn ring_futex(&self) -> bool {
+        if self.flags.load(Ordering::Relaxed) & Self::FUTEX == 0 {
+            return false;
+        }
+        self.rung.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// Waker, after publishing work: must the owner of this word be

@@ -77,6 +77,7 @@ fn c_header_layout_matches_rust() {
         ("alignof_wake", align_of::<WakeWord>() as u64),
         ("wake.flags", offset_of!(WakeWord, flags) as u64),
         ("wake.almost_full", offset_of!(WakeWord, almost_full) as u64),
+        ("wake.rung", offset_of!(WakeWord, rung) as u64),
         ("sizeof_header", size_of::<SegmentHeader>() as u64),
         ("header.magic", offset_of!(SegmentHeader, magic) as u64),
         ("header.version", offset_of!(SegmentHeader, version) as u64),
@@ -131,6 +132,7 @@ fn c_header_layout_matches_rust() {
         ("WAKE_UPCALLS_OFF", WakeWord::UPCALLS_OFF as u64),
         ("WAKE_ALMOST_FULL", WakeWord::ALMOST_FULL as u64),
         ("WAKE_RX_ONLY", WakeWord::RX_ONLY as u64),
+        ("WAKE_FUTEX", WakeWord::FUTEX as u64),
     ];
     assert_eq!(
         c.len(),

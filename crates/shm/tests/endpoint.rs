@@ -543,15 +543,22 @@ fn pair_with_file(config: &SegmentConfig) -> (AppEndpoint, MuxEndpoint, File) {
     (peer.into_app(events), seg.into_mux(mux_events), file)
 }
 
-/// Waits until the application's wake-up word says it sleeps.
-fn until_app_sleeps(file: &File) {
+/// The application's wake-up flags, read from outside.
+fn app_flags(file: &File) -> u32 {
     let at = std::mem::offset_of!(SegmentHeader, app_wake) as u64;
+    let mut flags = [0u8; 4];
+    file.read_exact_at(&mut flags, at).unwrap();
+    u32::from_ne_bytes(flags)
+}
+
+/// Waits until the application's wake-up word says it sleeps; its flags
+/// then.
+fn app_flags_once_asleep(file: &File) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let mut flags = [0u8; 4];
-        file.read_exact_at(&mut flags, at).unwrap();
-        if u32::from_ne_bytes(flags) & WakeWord::SLEEPING != 0 {
-            return;
+        let flags = app_flags(file);
+        if flags & WakeWord::SLEEPING != 0 {
+            return flags;
         }
         assert!(Instant::now() < deadline, "the application never slept");
         std::thread::yield_now();
@@ -577,7 +584,7 @@ fn notify_only_when_sleeping() {
                 .unwrap();
             (w, app.rx.pop_frame(&mut buf).unwrap())
         });
-        until_app_sleeps(&file);
+        app_flags_once_asleep(&file);
         mux.rx.push_inline(0, b"y").unwrap();
         assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
         let (w, d) = sleeper.join().unwrap();
@@ -610,7 +617,7 @@ fn upcalls_off_suppress_signals_and_on_catches_up() {
 fn while_app_sleeps(wake: &Sleeper, file: &File, meanwhile: impl FnOnce()) -> Wakeup {
     std::thread::scope(|s| {
         let sleeper = s.spawn(|| wake.sleep(Some(Duration::from_secs(10)), || false).unwrap());
-        until_app_sleeps(file);
+        app_flags_once_asleep(file);
         meanwhile();
         sleeper.join().unwrap()
     })
@@ -722,60 +729,73 @@ fn doorbell_drains_every_ring() {
     }
 }
 
-/// The application's sleep in the doorbell's receive: a ring ends it and
-/// is drained by it, whatever the number of rings; a timeout ends it, a
-/// short one in poll and a long one after a slice; the other side's going
-/// away ends it even with no timeout; and the descriptor it made blocking
-/// still never blocks a drain.
+/// The application's sleep, in `FUTEX_WAIT` ([`Sleeper::sleep_or_hangup`]
+/// with the control socket): the multiplexer's notifier wakes it through
+/// the futex, not the doorbell, across slices; a timeout ends it, whatever
+/// its length; a ring left on the doorbell ends it at the slice's end; and
+/// the other side's going away ends it even with no timeout.
 #[test]
-fn a_receive_wakes_on_rings_timeouts_and_hangups() {
-    let e = Doorbell::new().unwrap();
+fn an_application_sleep_wakes_on_notices_timeouts_and_hangups() {
+    let (mut app, mut mux, file) = pair_with_file(&small());
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut buf = [0; INLINE_MAX];
     // As callers do: sleep again after a slice that timed out.
-    let sleep = || {
+    let sleep = |wake: &Sleeper, pending: &dyn Fn() -> bool| {
         let give_up = Instant::now() + Duration::from_secs(10);
         loop {
-            match e.receive_or_hangup(None, ours.as_fd()).unwrap() {
-                Ring::TimedOut if Instant::now() < give_up => {}
-                r => return r,
+            match wake
+                .sleep_or_hangup(None, Some(ours.as_fd()), pending)
+                .unwrap()
+            {
+                Wakeup::TimedOut if Instant::now() < give_up => {}
+                w => return w,
             }
         }
     };
-    for rings in [1, 15, 16, 17] {
-        for _ in 0..rings {
-            e.signal().unwrap();
-        }
-        assert_eq!(sleep(), Ring::Rung, "{rings} rings");
-        assert!(!e.drain().unwrap(), "{rings} rings left some");
+    for _ in 0..3 {
+        let (woke, flags) = std::thread::scope(|s| {
+            let (wake, rx) = (&app.wake, &mut app.rx);
+            let sleeper = s.spawn(move || sleep(wake, &|| rx.has_pending()));
+            let flags = app_flags_once_asleep(&file);
+            std::thread::sleep(RECEIVE_SLICE * 3);
+            mux.rx.push_inline(0, b"x").unwrap();
+            assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
+            (sleeper.join().unwrap(), flags)
+        });
+        assert_eq!(woke, Wakeup::Signaled);
+        assert_eq!(flags & WakeWord::FUTEX, WakeWord::FUTEX);
+        assert!(app.rx.pop_frame(&mut buf).unwrap().is_some());
+        // Woken through the futex: nothing on the doorbell.
+        assert!(!app.wake.doorbell().drain().unwrap());
+        assert_eq!(app_flags(&file) & (WakeWord::SLEEPING | WakeWord::FUTEX), 0);
     }
-    // Rung while asleep, across slices.
-    let woke = std::thread::scope(|s| {
-        let sleeper = s.spawn(sleep);
-        std::thread::sleep(RECEIVE_SLICE * 3);
-        e.signal().unwrap();
-        sleeper.join().unwrap()
-    });
-    assert_eq!(woke, Ring::Rung);
-    // Timeouts: zero, short (poll) and long (a slice), changing between calls.
-    for ms in [0, 3, 0, 20, 3, 1, 20] {
+    // Timeouts: zero, shorter and longer than a slice.
+    for ms in [0, 3, 0, 20, 3, 1] {
         let t = Instant::now();
-        let r = e
-            .receive_or_hangup(Some(Duration::from_millis(ms)), ours.as_fd())
+        let w = app
+            .wake
+            .sleep_or_hangup(Some(Duration::from_millis(ms)), Some(ours.as_fd()), || {
+                false
+            })
             .unwrap();
-        assert_eq!(r, Ring::TimedOut, "{ms} ms");
+        assert_eq!(w, Wakeup::TimedOut, "{ms} ms");
         let least = Duration::from_millis(ms).min(RECEIVE_SLICE);
         assert!(t.elapsed() >= least, "{ms} ms");
     }
-    // Rx is blocking now: a drain of the empty queue still returns.
-    assert!(!e.drain().unwrap());
+    // A ring on the doorbell (an almost-full upcall while awake) is taken
+    // at the end of the slice.
+    app.wake.doorbell().signal().unwrap();
+    assert_eq!(sleep(&app.wake, &|| false), Wakeup::Signaled);
+    assert!(!app.wake.doorbell().drain().unwrap());
     // The other side goes away while we sleep without a timeout.
     let woke = std::thread::scope(|s| {
-        let sleeper = s.spawn(sleep);
+        let sleeper = s.spawn(|| sleep(&app.wake, &|| false));
+        app_flags_once_asleep(&file);
         std::thread::sleep(RECEIVE_SLICE * 3);
         drop(theirs);
         sleeper.join().unwrap()
     });
-    assert_eq!(woke, Ring::HangUp);
+    assert_eq!(woke, Wakeup::HangUp);
 }
 
 #[test]

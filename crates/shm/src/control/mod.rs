@@ -29,7 +29,6 @@ pub use msg::{
     PROTO_UDP, STATS_PAGE,
 };
 pub use sock::{connect_or_remove_dead, PeerCred, SeqListener, SeqPacket, MAX_FDS};
-pub(crate) use sock::{set_nonblocking, set_read_timeout};
 
 use crate::{AppEndpoint, Doorbells, Segment, SegmentConfig, Wakeup};
 

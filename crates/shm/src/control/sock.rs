@@ -189,7 +189,7 @@ pub fn connect_or_remove_dead(path: &Path) -> io::Result<Option<SeqPacket>> {
 }
 
 /// Sets or clears `O_NONBLOCK` on `fd`'s open file description.
-pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     // SAFETY: fcntl flag calls on a live descriptor.
     unsafe {
         let flags = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
@@ -204,7 +204,7 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 }
 
 /// Sets `SO_RCVTIMEO` on socket `fd` (`None`: a receive blocks).
-pub(crate) fn set_read_timeout(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
+fn set_read_timeout(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
     let tv = match timeout {
         Some(t) => libc::timeval {
             tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,

@@ -34,6 +34,7 @@ static int layout(void) {
     P("alignof_wake", _Alignof(struct exonet_wake));
     P("wake.flags", offsetof(struct exonet_wake, flags));
     P("wake.almost_full", offsetof(struct exonet_wake, almost_full));
+    P("wake.rung", offsetof(struct exonet_wake, rung));
     P("sizeof_header", sizeof(struct exonet_segment_header));
     P("header.magic", offsetof(struct exonet_segment_header, magic));
     P("header.version", offsetof(struct exonet_segment_header, version));
@@ -67,6 +68,7 @@ static int layout(void) {
     P("WAKE_UPCALLS_OFF", EXONET_WAKE_UPCALLS_OFF);
     P("WAKE_ALMOST_FULL", EXONET_WAKE_ALMOST_FULL);
     P("WAKE_RX_ONLY", EXONET_WAKE_RX_ONLY);
+    P("WAKE_FUTEX", EXONET_WAKE_FUTEX);
     return 0;
 }
 

@@ -1292,10 +1292,8 @@ impl Inner {
     /// Replaces the timer heap's stale tops before a sleep. A connection's
     /// entry stays when its deadline moves later (a delayed ACK that left
     /// with data, leaving the probe timer), to be skipped at its time: cheap
-    /// while busy, but a sleep would end there for nothing, and be too short
-    /// to wait in the doorbell's receive
-    /// ([`exonet_shm::Doorbell::receive_or_hangup`]). The bound of held-back
-    /// unbinds goes too once a request took them along.
+    /// while busy, but a sleep would end there for nothing. The bound of
+    /// held-back unbinds goes too once a request took them along.
     pub(crate) fn tcp_settle_timers(&mut self) {
         if self.tcp.unbinds_until.is_some() && !self.control().has_deferred() {
             self.tcp.unbinds_until = None;
