@@ -17,7 +17,7 @@ use exonet_link::Link;
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, StopHandle};
 use exonet_shm::control::{
     Client, ControlError, ErrorCode, HandlerSpec, Record, Reply, Request, SeqPacket, WireField,
-    PROTO_ICMP, PROTO_TCP, PROTO_UDP,
+    CONTROL_VERSION, PROTO_ICMP, PROTO_TCP, PROTO_UDP,
 };
 use exonet_shm::{AppEndpoint, Desc, Segment};
 use exonet_wire::build;
@@ -740,7 +740,10 @@ fn an_unanswered_unbind_of_another_channel_is_counted_and_ignored() {
 fn pipelined_requests_are_answered_in_order() {
     let d = TestDaemon::start("pipeline");
     let (s, mut buf) = raw(&d);
-    let hello = Request::Hello { version: 2 }.encode();
+    let hello = Request::Hello {
+        version: CONTROL_VERSION,
+    }
+    .encode();
     assert!(matches!(
         ask(&s, &mut buf, &hello, &[]),
         Reply::Hello { .. }
@@ -803,7 +806,10 @@ fn a_client_that_reads_no_answers_is_cut_and_reclaimed() {
     let d = TestDaemon::start("flood");
     let mut other = d.client();
     let (s, mut buf) = raw(&d);
-    let hello = Request::Hello { version: 2 }.encode();
+    let hello = Request::Hello {
+        version: CONTROL_VERSION,
+    }
+    .encode();
     assert!(matches!(
         ask(&s, &mut buf, &hello, &[]),
         Reply::Hello { .. }

@@ -18,8 +18,10 @@ use std::fmt;
 use std::net::Ipv4Addr;
 
 /// Version of the protocol, exchanged in [`Request::Hello`]. 2: requests
-/// without a reply ([`NO_REPLY`]).
-pub const CONTROL_VERSION: u32 = 2;
+/// without a reply ([`NO_REPLY`]). 3: an application may sleep in
+/// `FUTEX_WAIT` ([`crate::WakeWord::FUTEX`]), which a multiplexer of
+/// version 2 would not wake.
+pub const CONTROL_VERSION: u32 = 3;
 /// Set in a request's kind byte: the multiplexer sends no reply. Only on
 /// requests whose success is a bare [`Reply::Ok`]
 /// ([`Request::may_go_unanswered`]); the decoder refuses it elsewhere.
