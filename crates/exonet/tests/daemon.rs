@@ -110,6 +110,35 @@ fn two_daemons_on_a_memwire_echo_arp_reclaim_and_stop() {
     assert!(c.is_connected());
 }
 
+/// An application asleep in a blocking read, with no timeout, learns that
+/// its daemon was killed: its sleep (in `FUTEX_WAIT`, which a dead process
+/// cannot end) looks for the control socket's hang-up after each slice, and
+/// the read fails instead of waiting for ever.
+#[test]
+fn a_read_asleep_ends_when_the_daemon_is_killed() {
+    let mut procs = Procs::new("daemon-killed");
+    let dir = procs.1.clone();
+    procs.0.push(daemon(&dir, "a", "10.97.0.1/24"));
+    let stack = exonet_stack::Stack::open(&dir.join("a.sock")).unwrap();
+    let socket = exonet_stack::UdpSocket::bind(&stack, (Ipv4Addr::UNSPECIFIED, 7000)).unwrap();
+    let (done, outcome) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        let _ = done.send(socket.recv_from(&mut buf).map(|(n, _)| n));
+    });
+    // Asleep by then, as a rule; a read that begins after the kill fails
+    // the same way.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let mut a = procs.0.remove(0);
+    signal(&a, libc::SIGKILL);
+    a.wait().unwrap();
+    let r = outcome
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the read still waits 10 s after its daemon was killed");
+    assert!(r.is_err(), "the read returned {r:?}");
+    reader.join().unwrap();
+}
+
 /// The nice value of process `pid` (`/proc/PID/stat`'s 19th field).
 fn nice_of(pid: u32) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
