@@ -32,6 +32,7 @@ fn quick_endpoint_suite_reports_every_case_and_system() {
         ("ring-rtt", "unix-seqpacket", "ns_rtt", false),
         ("ring-rtt", "pipe", "ns_rtt", false),
         ("ring-rtt", "linux-udp-loopback", "ns_rtt", false),
+        ("ring-rtt", "exonet-blocking", "ns_rtt", false),
         ("ring-rtt", "unix-seqpacket-blocking", "ns_rtt", false),
         ("ring-rtt", "pipe-blocking", "ns_rtt", false),
         ("ring-rtt", "linux-udp-loopback-blocking", "ns_rtt", false),

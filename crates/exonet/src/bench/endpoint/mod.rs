@@ -14,7 +14,11 @@
 //!   application's side in a child process, the message inline on rx and
 //!   back inline on tx ([`ring`]); `unix-seqpacket`, `pipe`,
 //!   `linux-udp-loopback`: the same between the same two processes through
-//!   the kernel ([`kernel`]). Everyone busy-polls.
+//!   the kernel ([`kernel`]). Everyone busy-polls; the `-blocking` systems
+//!   sleep while they wait instead: `exonet-blocking` as a stack through a
+//!   daemon and an idle daemon do (the application in `FUTEX_WAIT`, woken
+//!   by the multiplexer's notify; the multiplexer on its doorbell, rung by
+//!   the application's kick), the kernel's in `poll`.
 //! - `ring-mpps`, `mpps`: millions of descriptors (of 64-byte frames) per
 //!   second from this process to a child through the rx ring, their buffers
 //!   coming back on the free ring, in batches ([`ring`]). System `exonet`.
@@ -74,11 +78,12 @@ const CASES: [&str; 3] = ["ring-rtt", "ring-mpps", veth::CASE];
 /// `ring-rtt`'s systems, in the order of the table's columns: the kernel
 /// paths busy-polled like the rings, then sleeping in `poll` as
 /// applications usually wait on them.
-const RING_SYSTEMS: [&str; 7] = [
+const RING_SYSTEMS: [&str; 8] = [
     "exonet",
     "unix-seqpacket",
     "pipe",
     "linux-udp-loopback",
+    "exonet-blocking",
     "unix-seqpacket-blocking",
     "pipe-blocking",
     "linux-udp-loopback-blocking",
@@ -101,7 +106,8 @@ pub fn run(args: &EndpointArgs) -> ExitCode {
         for system in RING_SYSTEMS {
             rep.progress(&format!("ring-rtt: {system}"));
             let r = match system {
-                "exonet" => ring::rtt(&budget),
+                "exonet" => ring::rtt(&budget, false),
+                "exonet-blocking" => ring::rtt(&budget, true),
                 peer => kernel::rtt(peer, &budget),
             };
             rep.push("ring-rtt", system, "ns_rtt", Outcome::of(r));

@@ -9,12 +9,13 @@
 //! protocol all the same (a notify after every batch that moved an index:
 //! a fence and a load while the other side is awake).
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use exonet_shm::{
-    AppEndpoint, Desc, Doorbell, Doorbells, MuxEndpoint, Segment, SegmentConfig, INLINE_MAX,
+    AppEndpoint, Desc, Doorbell, Doorbells, MuxEndpoint, Segment, SegmentConfig, Wakeup, INLINE_MAX,
 };
 
 use super::peer::{self, Patience, Peer, PATIENCE};
@@ -53,15 +54,28 @@ pub struct RingArgs {
     mux_bell: Vec<RawFd>,
     #[arg(long)]
     lifetime_ms: u64,
+    /// A socket whose hang-up says this process is gone: given, the
+    /// application sleeps between frames as a stack does through a daemon
+    /// (`Sleeper::sleep_or_hangup`, in `FUTEX_WAIT`).
+    #[arg(long)]
+    hangup: Option<RawFd>,
 }
 
-/// Creates a segment and starts the child `role` on its application side.
-fn start(role: &str, budget: &Budget) -> Result<(MuxEndpoint, Peer), Fail> {
+/// Creates a segment and starts the child `role` on its application side;
+/// with `hangup`, one end of a socket pair (kept open by the caller) for the
+/// child to sleep with.
+fn start(
+    role: &str,
+    budget: &Budget,
+    hangup: Option<&UnixStream>,
+) -> Result<(MuxEndpoint, Peer), Fail> {
     let seg = Segment::create(&config()).map_err(error("cannot create a segment"))?;
     let bells = Doorbells::new().map_err(error("cannot create doorbells"))?;
     let (app_rx, app_tx) = bells.app.fds();
     let (mux_rx, mux_tx) = bells.mux.fds();
-    let fds = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx].map(|fd| fd.as_raw_fd());
+    let mut fds = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx]
+        .map(|fd| fd.as_raw_fd())
+        .to_vec();
     let mut cmd = peer::command(None)?;
     cmd.arg(role)
         .arg("--segment")
@@ -72,6 +86,10 @@ fn start(role: &str, budget: &Budget) -> Result<(MuxEndpoint, Peer), Fail> {
         .args([fds[3].to_string(), fds[4].to_string()])
         .arg("--lifetime-ms")
         .arg(peer::lifetime(budget).as_millis().to_string());
+    if let Some(h) = hangup {
+        fds.push(h.as_raw_fd());
+        cmd.arg("--hangup").arg(h.as_raw_fd().to_string());
+    }
     let app = Peer::spawn(cmd, &fds, "application")?;
     Ok((seg.into_mux(bells), app))
 }
@@ -92,17 +110,26 @@ fn stop(mux: &mut MuxEndpoint, app: &mut Peer) -> Result<(), Fail> {
 }
 
 /// Median round-trip time in nanoseconds of a [`MSG`]-byte frame: inline
-/// on rx to the application, which sends it back inline on tx.
-pub fn rtt(budget: &Budget) -> Result<f64, Fail> {
-    let (mut mux, mut app) = start("ring-echo", budget)?;
+/// on rx to the application, which sends it back inline on tx. Both sides
+/// busy-poll, or with `sleeping` both sleep while they wait, each as it
+/// does in a daemon and a stack: the application in `FUTEX_WAIT`, woken by
+/// the multiplexer's notify; the multiplexer on its doorbell, rung by the
+/// application's kick.
+pub fn rtt(budget: &Budget, sleeping: bool) -> Result<f64, Fail> {
+    let pair = if sleeping {
+        Some(UnixStream::pair().map_err(error("cannot create a socket pair"))?)
+    } else {
+        None
+    };
+    let (mut mux, mut app) = start("ring-echo", budget, pair.as_ref().map(|(_, h)| h))?;
     let msg = [0x5au8; MSG];
     let mut back = [0u8; INLINE_MAX];
-    let measured = round_trip(&mut mux, &msg, &mut back).and_then(|()| {
+    let measured = round_trip(&mut mux, &msg, &mut back, sleeping).and_then(|()| {
         // The first answer also said that the child is up.
         measure::ns_per_op(budget, |n| {
             let t = Instant::now();
             for _ in 0..n {
-                round_trip(&mut mux, &msg, &mut back)?;
+                round_trip(&mut mux, &msg, &mut back, sleeping)?;
             }
             Ok(t.elapsed())
         })
@@ -112,7 +139,12 @@ pub fn rtt(budget: &Budget) -> Result<f64, Fail> {
     Ok(ns)
 }
 
-fn round_trip(mux: &mut MuxEndpoint, msg: &[u8], back: &mut [u8; INLINE_MAX]) -> Result<(), Fail> {
+fn round_trip(
+    mux: &mut MuxEndpoint,
+    msg: &[u8],
+    back: &mut [u8; INLINE_MAX],
+    sleeping: bool,
+) -> Result<(), Fail> {
     let mut p = Patience::new(PATIENCE);
     while !mux.rx.push_inline(CHANNEL, msg).map_err(error("rx"))? {
         p.spin("waiting for room on rx")?;
@@ -122,6 +154,12 @@ fn round_trip(mux: &mut MuxEndpoint, msg: &[u8], back: &mut [u8; INLINE_MAX]) ->
     let d = loop {
         if let Some(d) = mux.tx.pop_frame(back).map_err(error("tx"))? {
             break d;
+        }
+        if sleeping {
+            let tx = &mux.tx;
+            mux.wake
+                .sleep(Some(PATIENCE), || tx.has_pending())
+                .map_err(error("sleep"))?;
         }
         p.spin("waiting for the echo on tx")?;
     };
@@ -142,7 +180,7 @@ fn round_trip(mux: &mut MuxEndpoint, msg: &[u8], back: &mut [u8; INLINE_MAX]) ->
 /// them from rx and puts them back on free, [`BATCH`] at a time. Frame
 /// bytes are not touched; this is the rings' own rate.
 pub fn mpps(budget: &Budget) -> Result<f64, Fail> {
-    let (mut mux, mut app) = start("ring-sink", budget)?;
+    let (mut mux, mut app) = start("ring-sink", budget, None)?;
     // The child is up when its buffers arrive.
     let mut p = Patience::new(PATIENCE);
     let mut up = Ok(());
@@ -213,9 +251,15 @@ fn open(args: &RingArgs) -> Result<(AppEndpoint, Instant), Fail> {
 }
 
 /// `exonet bench-child ring-echo`: sends every frame that arrives on rx
-/// back on tx, until told to stop.
+/// back on tx, until told to stop; with `--hangup`, sleeping while none
+/// has come.
 pub fn echo(args: &RingArgs) -> Result<(), Fail> {
     let (mut app, deadline) = open(args)?;
+    let hangup = args.hangup.map(|fd| peer::adopt(&[fd])).transpose()?;
+    let hangup = hangup
+        .as_ref()
+        .and_then(|fds| fds.first())
+        .map(|fd| fd.as_fd());
     let layout = *app.frames.layout();
     let mut buf = [0u8; INLINE_MAX];
     let mut count = 0u64;
@@ -224,6 +268,16 @@ pub fn echo(args: &RingArgs) -> Result<(), Fail> {
         let d = loop {
             if let Some(d) = app.rx.pop_frame(&mut buf).map_err(error("rx"))? {
                 break d;
+            }
+            if let Some(h) = hangup {
+                let rx = &app.rx;
+                let woke = app
+                    .wake
+                    .sleep_or_hangup(Some(PATIENCE), Some(h), || rx.has_pending())
+                    .map_err(error("sleep"))?;
+                if woke == Wakeup::HangUp {
+                    return Err(Fail::Error("the multiplexer's side went away".into()));
+                }
             }
             p.spin("waiting for a frame on rx")?;
         };
