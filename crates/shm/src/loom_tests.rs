@@ -50,6 +50,36 @@ fn wake_word(flags: u32) -> Arc<WakeWord> {
     })
 }
 
+/// A waker that pushes one entry on a ring and then runs `signal`, against
+/// a sleeper on `word` that runs `announce` and then re-checks the ring:
+/// what `announce` returned, whether the re-check found the ring empty (the
+/// sleeper would block), and what `signal` returned.
+fn push_against_sleep<A, T: Send + 'static>(
+    word: &Arc<WakeWord>,
+    signal: fn(&WakeWord, &Producer) -> T,
+    announce: impl FnOnce(&WakeWord) -> A,
+) -> (A, bool, T) {
+    let (mut p, c) = heap::ring(2, false);
+    let w = word.clone();
+    let waker = thread::spawn(move || {
+        push_spin(&mut p, desc(0));
+        signal(&w, &p)
+    });
+    let announced = announce(word);
+    let blocks = !c.has_pending();
+    // Blocked (or not) until here; awake again.
+    (announced, blocks, waker.join().unwrap())
+}
+
+/// The rx upcall's test, by a waker that saw nothing cross the almost-full
+/// threshold.
+fn rx_upcall(w: &WakeWord, p: &Producer) -> bool {
+    let mut above = false;
+    let wake = w.wants_rx_upcall(|| p.outstanding(), &mut above, true);
+    assert!(!above);
+    wake
+}
+
 #[test]
 fn loom_ring_single_items() {
     loom::model(|| {
@@ -167,16 +197,8 @@ fn loom_chain_seen_whole() {
 fn loom_wakeup_not_lost() {
     loom::model(|| {
         let word = wake_word(0);
-        let (mut p, c) = heap::ring(2, false);
-        let w = word.clone();
-        let waker = thread::spawn(move || {
-            push_spin(&mut p, desc(0));
-            w.wants_wakeup()
-        });
-        word.announce_sleep();
-        let blocks = !c.has_pending();
-        // Blocked (or not) until here; awake again.
-        let signalled = waker.join().unwrap();
+        let ((), blocks, signalled) =
+            push_against_sleep(&word, |w, _| w.wants_wakeup(), WakeWord::announce_sleep);
         word.end_sleep();
         assert!(!blocks || signalled, "lost wake-up");
     });
@@ -190,15 +212,11 @@ fn loom_wakeup_not_lost() {
 fn loom_futex_wakeup_not_lost() {
     loom::model(|| {
         let word = wake_word(0);
-        let (mut p, c) = heap::ring(2, false);
-        let w = word.clone();
-        let waker = thread::spawn(move || {
-            push_spin(&mut p, desc(0));
-            w.wants_wakeup() && w.ring_futex()
-        });
-        let seen = word.announce_futex_sleep();
-        let blocks = !c.has_pending();
-        let bumped = waker.join().unwrap();
+        let (seen, blocks, bumped) = push_against_sleep(
+            &word,
+            |w, _| w.wants_wakeup() && w.ring_futex(),
+            WakeWord::announce_futex_sleep,
+        );
         let woken = word.rung.load(Ordering::Acquire) != seen;
         word.end_sleep();
         assert!(!blocks || (bumped && woken), "lost wake-up");
@@ -212,18 +230,8 @@ fn loom_rx_upcall_not_lost() {
     loom::model(|| {
         let word = wake_word(0);
         word.set_almost_full(Some(2));
-        let (mut p, c) = heap::ring(2, false);
-        let w = word.clone();
-        let waker = thread::spawn(move || {
-            push_spin(&mut p, desc(0));
-            let mut above = false;
-            let wake = w.wants_rx_upcall(|| p.outstanding(), &mut above, true);
-            assert!(!above);
-            wake
-        });
-        word.announce_sleep();
-        let blocks = !c.has_pending();
-        let signalled = waker.join().unwrap();
+        let ((), blocks, signalled) =
+            push_against_sleep(&word, rx_upcall, WakeWord::announce_sleep);
         assert!(!blocks || signalled, "lost wake-up");
     });
 }
@@ -235,15 +243,9 @@ fn loom_rx_upcall_not_lost() {
 fn loom_upcalls_reenabled_not_lost() {
     loom::model(|| {
         let word = wake_word(WakeWord::SLEEPING | WakeWord::UPCALLS_OFF);
-        let (mut p, c) = heap::ring(2, false);
-        let w = word.clone();
-        let waker = thread::spawn(move || {
-            push_spin(&mut p, desc(0));
-            let mut above = false;
-            w.wants_rx_upcall(|| p.outstanding(), &mut above, true)
-        });
-        let self_signal = word.set_upcalls(true) && c.has_pending();
-        let signalled = waker.join().unwrap();
+        let (sleeping, empty, signalled) =
+            push_against_sleep(&word, rx_upcall, |w| w.set_upcalls(true));
+        let self_signal = sleeping && !empty;
         assert!(signalled || self_signal, "sleeping thread never woken");
     });
 }
@@ -255,15 +257,11 @@ fn loom_upcalls_reenabled_not_lost() {
 fn loom_wakeup_lost_without_fence() {
     loom::model(|| {
         let word = wake_word(0);
-        let (mut p, c) = heap::ring(2, false);
-        let w = word.clone();
-        let waker = thread::spawn(move || {
-            push_spin(&mut p, desc(0));
-            w.wants_wakeup()
-        });
-        word.flags.fetch_or(WakeWord::SLEEPING, Ordering::Relaxed);
-        let blocks = !c.has_pending();
-        let signalled = waker.join().unwrap();
+        let (_, blocks, signalled) = push_against_sleep(
+            &word,
+            |w, _| w.wants_wakeup(),
+            |w| w.flags.fetch_or(WakeWord::SLEEPING, Ordering::Relaxed),
+        );
         assert!(!blocks || signalled, "lost wake-up");
     });
 }
