@@ -117,7 +117,8 @@
  *
  * An application may sleep in FUTEX_WAIT instead (one thread, on its own
  * word; a wake-up across CPUs costs less than a datagram's):
- *     seen = rung;  flags |= SLEEPING | FUTEX;  __atomic_thread_fence(SEQ_CST);
+ *     flags |= SLEEPING | FUTEX;  __atomic_thread_fence(SEQ_CST);
+ *     seen = __atomic_load_n(&rung, ACQUIRE);
  *     if (my rings have work) { flags &= ~(SLEEPING | FUTEX); return; }
  *     futex(&rung, FUTEX_WAIT, seen, timeout) (not private: shared memory);
  *     flags &= ~(SLEEPING | FUTEX);

@@ -20,10 +20,10 @@
 //! in the busy case nobody makes a system call.
 //!
 //! A sleeper may block in `FUTEX_WAIT` on the word's `rung` instead of on
-//! its doorbell ([`WakeWord::FUTEX`]): it reads `rung` before it announces
-//! the sleep, and the waker that sees it sleeping bumps `rung` before its
-//! `FUTEX_WAKE`, so a wake that comes between the look and the wait makes
-//! the wait return at once.
+//! its doorbell ([`WakeWord::FUTEX`]): after the fence it reads `rung`
+//! (acquire), and the waker that sees it sleeping bumps `rung` (release)
+//! before its `FUTEX_WAKE`. A bump after the read makes the wait return at
+//! once; a bump before it carries the waker's entries to the re-check.
 //!
 //! "Work" is anything the sleeper may be waiting for, so the waker is
 //! whoever just moved an index: a producer that published entries, and also
@@ -83,15 +83,17 @@ impl WakeWord {
         fence(Ordering::SeqCst);
     }
 
-    /// Sleeper, before the re-check of a sleep in `FUTEX_WAIT`: takes the
-    /// value of `rung` to wait on, announces the sleep, then fences. A wake
-    /// that bumps `rung` after the look ends the wait at once.
+    /// Sleeper, before the re-check of a sleep in `FUTEX_WAIT`: announces
+    /// the sleep, fences, then takes the value of `rung` to wait on. A wake
+    /// that bumps `rung` after the look ends the wait at once; one that
+    /// bumped it before was seen by the look (acquire: it follows the bump's
+    /// release), and so was what that waker had published, which the
+    /// re-check then finds.
     pub(crate) fn announce_futex_sleep(&self) -> u32 {
-        let seen = self.rung.load(Ordering::Relaxed);
         self.flags
             .fetch_or(Self::SLEEPING | Self::FUTEX, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        seen
+        self.rung.load(Ordering::Acquire)
     }
 
     /// Sleeper, when awake again.
