@@ -222,7 +222,7 @@ const DRAIN_BATCH: usize = 16;
 
 /// The longest the application's sleep waits in `FUTEX_WAIT` before it
 /// looks whether the other side went away ([`Sleeper::sleep_or_hangup`]).
-pub const RECEIVE_SLICE: Duration = Duration::from_millis(5);
+pub const SLEEP_SLICE: Duration = Duration::from_millis(5);
 
 impl AsFd for Doorbell {
     /// The end to wait on (in one's own poll/epoll set).
@@ -346,7 +346,7 @@ impl Sleeper {
     /// datagram to a sleeping `recvmmsg` (measured here: round trips
     /// between two processes of 12.3–13.0 µs against 17.0), and the wait
     /// times out on a high-resolution timer. It sees the hang-up within a
-    /// [`RECEIVE_SLICE`] or two, and a ring of the doorbell (an almost-full
+    /// [`SLEEP_SLICE`] or two, and a ring of the doorbell (an almost-full
     /// upcall while awake) at the end of a slice.
     pub fn sleep_or_hangup(
         &self,
@@ -379,7 +379,7 @@ impl Sleeper {
     }
 
     /// The application's sleep: `FUTEX_WAIT` while `rung` holds `seen`, for
-    /// `timeout` or a [`RECEIVE_SLICE`], whichever is shorter. A futex does
+    /// `timeout` or a [`SLEEP_SLICE`], whichever is shorter. A futex does
     /// not see the other side go away, so a wait that timed out looks for
     /// the hang-up (in a wait that does not block, which takes a ring of
     /// the doorbell come meanwhile too).
@@ -389,7 +389,7 @@ impl Sleeper {
         timeout: Option<Duration>,
         hangup: BorrowedFd<'_>,
     ) -> io::Result<Ring> {
-        let slice = timeout.map_or(RECEIVE_SLICE, |t| t.min(RECEIVE_SLICE));
+        let slice = timeout.map_or(SLEEP_SLICE, |t| t.min(SLEEP_SLICE));
         if futex_wait(&self.word.get().rung, seen, slice)? {
             return Ok(Ring::Rung);
         }

@@ -54,7 +54,7 @@ mod segment;
 pub mod control;
 
 #[cfg(not(loom))]
-pub use event::{Doorbell, Doorbells, Notifier, Ring, Sleeper, Wakeup, RECEIVE_SLICE};
+pub use event::{Doorbell, Doorbells, Notifier, Ring, Sleeper, Wakeup, SLEEP_SLICE};
 #[cfg(not(loom))]
 pub use layout::{
     ConfigError, IndexLine, Layout, RingHead, RingId, RingInfo, SegmentConfig, SegmentError,

@@ -757,7 +757,7 @@ fn an_application_sleep_wakes_on_notices_timeouts_and_hangups() {
             let (wake, rx) = (&app.wake, &mut app.rx);
             let sleeper = s.spawn(move || sleep(wake, &|| rx.has_pending()));
             let flags = app_flags_once_asleep(&file);
-            std::thread::sleep(RECEIVE_SLICE * 3);
+            std::thread::sleep(SLEEP_SLICE * 3);
             mux.rx.push_inline(0, b"x").unwrap();
             assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
             (sleeper.join().unwrap(), flags)
@@ -779,7 +779,7 @@ fn an_application_sleep_wakes_on_notices_timeouts_and_hangups() {
             })
             .unwrap();
         assert_eq!(w, Wakeup::TimedOut, "{ms} ms");
-        let least = Duration::from_millis(ms).min(RECEIVE_SLICE);
+        let least = Duration::from_millis(ms).min(SLEEP_SLICE);
         assert!(t.elapsed() >= least, "{ms} ms");
     }
     // A ring on the doorbell (an almost-full upcall while awake) is taken
@@ -791,7 +791,7 @@ fn an_application_sleep_wakes_on_notices_timeouts_and_hangups() {
     let woke = std::thread::scope(|s| {
         let sleeper = s.spawn(|| sleep(&app.wake, &|| false));
         app_flags_once_asleep(&file);
-        std::thread::sleep(RECEIVE_SLICE * 3);
+        std::thread::sleep(SLEEP_SLICE * 3);
         drop(theirs);
         sleeper.join().unwrap()
     });
