@@ -203,31 +203,6 @@ fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets `SO_RCVTIMEO` on socket `fd` (`None`: a receive blocks).
-fn set_read_timeout(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
-    let tv = match timeout {
-        Some(t) => libc::timeval {
-            tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_usec: t.subsec_micros().max(u32::from(t.is_zero())) as libc::suseconds_t,
-        },
-        None => libc::timeval {
-            tv_sec: 0,
-            tv_usec: 0,
-        },
-    };
-    // SAFETY: setsockopt reads `size_of::<timeval>()` bytes from `tv`.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const libc::timeval as *const libc::c_void,
-            mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
-}
-
 /// A connected `SOCK_SEQPACKET` socket: message boundaries are kept, and
 /// messages may carry descriptors.
 pub struct SeqPacket {
@@ -479,7 +454,27 @@ impl SeqPacket {
 
     /// A timeout for [`recv`](Self::recv) (`None`: block).
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        set_read_timeout(self.fd.as_fd(), timeout)
+        let tv = match timeout {
+            Some(t) => libc::timeval {
+                tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_usec: t.subsec_micros().max(u32::from(t.is_zero())) as libc::suseconds_t,
+            },
+            None => libc::timeval {
+                tv_sec: 0,
+                tv_usec: 0,
+            },
+        };
+        // SAFETY: setsockopt reads `size_of::<timeval>()` bytes from `tv`.
+        cvt(unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+        Ok(())
     }
 
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
