@@ -16,9 +16,15 @@
 //! receives its own or the host's transmissions, and bypasses the qdisc layer when the
 //! kernel allows it.
 //!
-//! Offloads that merge frames (GRO, LRO) should be off on the interface: a merged
-//! super-frame larger than a block (or slot) is truncated by the kernel and dropped
-//! here.
+//! TCP segmentation offload, both ways, in [`RxMode::Blocks`]. A TCP super-segment
+//! that arrives whole (Linux over a veth leaves segmentation to a NIC that is not
+//! there, and GRO merges) is cut here into frames that fit the MTU
+//! ([`exonet_wire::tso::segment`]), as that NIC would have sent them. And when the
+//! interface has TSO on (`ethtool -k`), the link takes super-segments to send
+//! ([`Link::max_send_len`]): each goes to the kernel with a `virtio_net_hdr`
+//! (`PACKET_VNET_HDR`) that says where to cut, and is cut by the device or by
+//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`] a slot holds one
+//! frame of the MTU: super-segments do not fit and are dropped, and none are sent.
 
 use std::cell::Cell;
 use std::io;
@@ -28,6 +34,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use exonet_wire::ethernet::{ethertype, HEADER_LEN};
+use exonet_wire::tso::{self, TcpSuper};
 
 use crate::sys::{self, Mmap};
 use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
@@ -51,6 +58,19 @@ const RX_FRAME: usize = 2048;
 /// that at `TPACKET_ALIGN(tp_hdrlen + 16)` for link-layer headers of up to 16 bytes,
 /// and the link-layer header just before it.
 const V2_RX_ROOM: usize = tpacket_align(libc::TPACKET2_HDRLEN + 16);
+
+/// `struct virtio_net_hdr` (linux/virtio_net.h), in front of every frame in both
+/// rings once `PACKET_VNET_HDR` is on; little-endian fields.
+const VNET_LEN: usize = 10;
+const VNET_F_NEEDS_CSUM: u8 = 1;
+const VNET_GSO_TCPV4: u8 = 1;
+const VNET_GSO_ECN: u8 = 0x80;
+/// Longest super-segment sent: an IPv4 packet of the largest total length
+/// behind an Ethernet header with one 802.1Q tag.
+const MAX_SUPER_LEN: usize = MAX_HEADER_LEN + 65535;
+/// Transmit slots with segmentation offload: each slot holds a super-segment
+/// (128 KiB), so fewer than the default 512 (8 MiB of ring).
+const SUPER_TX_FRAMES: usize = 64;
 
 /// How the kernel hands received frames over (see the [module documentation](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -113,11 +133,15 @@ pub struct Config {
     pub promiscuous: bool,
     /// Send straight to the driver, skipping the qdisc layer, if the kernel allows.
     pub qdisc_bypass: bool,
+    /// Take TCP super-segments to send when the interface has TSO on
+    /// ([`RxMode::Blocks`] only; see the [module documentation](self)). The
+    /// transmit ring then has at most 64 slots, of 128 KiB.
+    pub segmentation: bool,
 }
 
 impl Default for Config {
     /// Blocks mode, 32 receive blocks of 128 KiB, 1 ms block timeout, 512 transmit
-    /// slots, not promiscuous, qdisc bypass on.
+    /// slots, not promiscuous, qdisc bypass on, segmentation offload on.
     fn default() -> Self {
         Config {
             rx_mode: RxMode::Blocks,
@@ -127,6 +151,7 @@ impl Default for Config {
             tx_frames: 512,
             promiscuous: false,
             qdisc_bypass: true,
+            segmentation: true,
         }
     }
 }
@@ -178,6 +203,9 @@ pub struct AfPacket {
     tx_head: usize,
     /// Frames were queued but the kernel could not be kicked yet.
     tx_unkicked: bool,
+    /// `PACKET_VNET_HDR` is on: super-segments are sent (and every frame in the
+    /// rings has a `virtio_net_hdr` in front).
+    vnet: bool,
     stats: LinkStats,
     /// Drops the kernel reported (its counter resets on every read).
     kernel_drops: Cell<u64>,
@@ -231,13 +259,25 @@ impl AfPacket {
                 "block size must be a power of two of at least a page and a frame",
             ));
         }
-        let tx_frame_size = (mode.tx_data_off() + max_frame).next_power_of_two();
+        // Only where the device (or Linux's GSO before it) will cut them.
+        let vnet =
+            cfg.segmentation && mode == RxMode::Blocks && sys::if_tso(raw, ifname).unwrap_or(false);
+        let (tx_max, tx_want) = if vnet {
+            (VNET_LEN + MAX_SUPER_LEN, cfg.tx_frames.min(SUPER_TX_FRAMES))
+        } else {
+            (max_frame, cfg.tx_frames)
+        };
+        let tx_frame_size = (mode.tx_data_off() + tx_max).next_power_of_two();
         let tx_block = tx_frame_size.max(page);
         let per_block = tx_block / tx_frame_size;
-        let tx_blocks = cfg.tx_frames.div_ceil(per_block);
+        let tx_blocks = tx_want.div_ceil(per_block);
         let tx_frames = tx_blocks * per_block;
 
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &mode.version())?;
+        if vnet {
+            // Before the rings: their frame layout depends on it.
+            sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1 as &libc::c_int)?;
+        }
         // Malformed transmit frames are skipped instead of stalling the ring.
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_LOSS, &1 as &libc::c_int)?;
         sys::setsockopt(
@@ -332,6 +372,7 @@ impl AfPacket {
             tx_frames,
             tx_head: 0,
             tx_unkicked: false,
+            vnet,
             stats: LinkStats::default(),
             kernel_drops: Cell::new(0),
             deferred: None,
@@ -397,6 +438,7 @@ impl Blocks {
     fn recv(
         &mut self,
         map: &Mmap,
+        mtu: usize,
         stats: &mut LinkStats,
         f: &mut dyn FnMut(&[u8]),
         max: usize,
@@ -435,7 +477,7 @@ impl Blocks {
             } else {
                 // SAFETY: the frame lies within the block, which stays ours (and
                 // unchanged by the kernel) until `release`, after the callback returns.
-                unsafe { lend(map, block + start, len, h.tp_status, stats, f) };
+                unsafe { lend(map, block + start, len, h.tp_status, mtu, stats, f) };
                 n += 1;
             }
             self.left -= 1;
@@ -458,7 +500,9 @@ const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 
 /// Lends the `len` bytes at `at` in the ring to `f` and counts them, having
 /// first finished a checksum Linux left undone (`tp_status`), so that every
-/// frame handed up carries a valid one (counted in `rx_csum_completed`).
+/// frame handed up carries a valid one (counted in `rx_csum_completed`). A TCP
+/// super-segment is lent cut into frames that fit `mtu` (`rx_super`); any
+/// other frame longer than an MTU's is dropped.
 ///
 /// # Safety
 /// The range lies in `map`, in a block or slot that is ours (the kernel does
@@ -468,11 +512,28 @@ unsafe fn lend(
     at: usize,
     len: usize,
     tp_status: u32,
+    mtu: usize,
     stats: &mut LinkStats,
     f: &mut dyn FnMut(&[u8]),
 ) {
     // SAFETY: the caller's contract.
     let frame = unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(at), len) };
+    if len > mtu + MAX_HEADER_LEN || (len > mtu + HEADER_LEN && frame[12..14] != [0x81, 0x00]) {
+        let mut bytes = 0;
+        let cut = tso::segment(frame, mtu, &mut |seg| {
+            bytes += seg.len() as u64;
+            f(seg);
+        });
+        match cut {
+            Some(n) => {
+                stats.rx_super += 1;
+                stats.rx_frames += n as u64;
+                stats.rx_bytes += bytes;
+            }
+            None => stats.rx_dropped += 1,
+        }
+        return;
+    }
     if tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame) {
         stats.rx_csum_completed += 1;
     }
@@ -487,6 +548,7 @@ impl Frames {
     fn recv(
         &mut self,
         map: &Mmap,
+        mtu: usize,
         stats: &mut LinkStats,
         f: &mut dyn FnMut(&[u8]),
         max: usize,
@@ -512,7 +574,7 @@ impl Frames {
                 // SAFETY: the frame lies within the slot (checked above), which stays
                 // ours (and unchanged by the kernel) until released below, after the
                 // callback.
-                unsafe { lend(map, slot + start, len, h.tp_status, stats, f) };
+                unsafe { lend(map, slot + start, len, h.tp_status, mtu, stats, f) };
                 n += 1;
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
@@ -520,6 +582,31 @@ impl Frames {
         }
         n
     }
+}
+
+/// The `virtio_net_hdr` that has the kernel cut `frame`, a TCP super-segment
+/// whose packet exceeds `mtu`, into segments that fit it, with their checksums
+/// computed there (`NEEDS_CSUM`: the checksum field gets the pseudo-header sum
+/// that asks for); `None` if `frame` is no such segment.
+fn super_segment(frame: &mut [u8], mtu: usize) -> Option<[u8; VNET_LEN]> {
+    let h = TcpSuper::parse(frame)?;
+    let size = u16::try_from(h.segment_size(mtu)).ok()?;
+    if h.end != frame.len() || h.end - h.l3 <= mtu || size == 0 {
+        return None;
+    }
+    let partial = h.pseudo_sum(frame);
+    frame[h.l4 + 16..h.l4 + 18].copy_from_slice(&partial.to_be_bytes());
+    // RFC 3168 §6.1.2: CWR goes on the first segment only, which the kernel
+    // knows to do for an ECN super-segment.
+    let cwr = frame[h.l4 + 13] & 0x80 != 0;
+    let mut v = [0u8; VNET_LEN];
+    v[0] = VNET_F_NEEDS_CSUM;
+    v[1] = VNET_GSO_TCPV4 | if cwr { VNET_GSO_ECN } else { 0 };
+    v[2..4].copy_from_slice(&(h.payload as u16).to_le_bytes());
+    v[4..6].copy_from_slice(&size.to_le_bytes());
+    v[6..8].copy_from_slice(&(h.l4 as u16).to_le_bytes());
+    v[8..10].copy_from_slice(&16u16.to_le_bytes());
+    Some(v)
 }
 
 impl Link for AfPacket {
@@ -531,8 +618,8 @@ impl Link for AfPacket {
             self.kick()?;
         }
         Ok(match &mut self.rx {
-            RxRing::Blocks(b) => b.recv(&self.map, &mut self.stats, f, max),
-            RxRing::Frames(r) => r.recv(&self.map, &mut self.stats, f, max),
+            RxRing::Blocks(b) => b.recv(&self.map, self.mtu, &mut self.stats, f, max),
+            RxRing::Frames(r) => r.recv(&self.map, self.mtu, &mut self.stats, f, max),
         })
     }
 
@@ -540,8 +627,10 @@ impl Link for AfPacket {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let cap = self.max_frame_len();
-        let (status_off, data_off) = (self.mode.status_off(), self.mode.tx_data_off());
+        let cap = self.max_send_len();
+        let (status_off, vnet_off) = (self.mode.status_off(), self.mode.tx_data_off());
+        let vnet_len = if self.vnet { VNET_LEN } else { 0 };
+        let data_off = vnet_off + vnet_len;
         let mut n = 0;
         let mut queued = self.tx_unkicked;
         loop {
@@ -559,14 +648,41 @@ impl Link for AfPacket {
             };
             let Some(len) = fill(buf) else { break };
             n += 1;
-            // The kernel accepts frames beyond MTU + header only if VLAN-tagged, and
-            // would drop them silently (PACKET_LOSS): count them here instead.
-            let untagged_long = len > self.mtu + HEADER_LEN
-                && !ethertype::is_vlan(u16::from_be_bytes([buf[12], buf[13]]));
-            if !sendable(len, cap) || untagged_long {
+            // The kernel accepts frames beyond MTU + header only if VLAN-tagged or
+            // super-segments, and would drop others silently (PACKET_LOSS): count
+            // them here instead.
+            let long = sendable(len, cap)
+                && (len > self.mtu + MAX_HEADER_LEN
+                    || (len > self.mtu + HEADER_LEN
+                        && !ethertype::is_vlan(u16::from_be_bytes([buf[12], buf[13]]))));
+            let vnet = if long {
+                match self.vnet.then(|| super_segment(&mut buf[..len], self.mtu)).flatten() {
+                    Some(v) => Some(v),
+                    None => {
+                        self.stats.tx_dropped += 1;
+                        continue;
+                    }
+                }
+            } else {
+                self.vnet.then_some([0; VNET_LEN])
+            };
+            if !sendable(len, cap) {
                 self.stats.tx_dropped += 1;
                 continue;
             }
+            if let Some(v) = vnet {
+                // SAFETY: the slot is ours (AVAILABLE), and its header area ends
+                // `VNET_LEN` bytes before the lent buffer, which lies in the slot.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        v.as_ptr(),
+                        self.map.as_ptr().add(slot + vnet_off),
+                        VNET_LEN,
+                    )
+                };
+                self.stats.tx_super += u64::from(long);
+            }
+            let len = len + vnet_len;
             let hdr = self.map.as_ptr().wrapping_add(slot);
             // SAFETY: the slot's header is ours while its status is AVAILABLE; raw
             // field writes avoid making a reference to memory the kernel shares.
@@ -588,7 +704,7 @@ impl Link for AfPacket {
             st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             self.tx_head = (self.tx_head + 1) % self.tx_frames;
             self.stats.tx_frames += 1;
-            self.stats.tx_bytes += len as u64;
+            self.stats.tx_bytes += (len - vnet_len) as u64;
             queued = true;
         }
         if queued {
@@ -604,6 +720,14 @@ impl Link for AfPacket {
 
     fn mtu(&self) -> usize {
         self.mtu
+    }
+
+    fn max_send_len(&self) -> usize {
+        if self.vnet {
+            MAX_SUPER_LEN
+        } else {
+            self.max_frame_len()
+        }
     }
 
     fn mac(&self) -> [u8; 6] {

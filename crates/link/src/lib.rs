@@ -53,6 +53,9 @@ macro_rules! forward_to_inner {
         fn max_frame_len(&self) -> usize {
             self.inner.max_frame_len()
         }
+        fn max_send_len(&self) -> usize {
+            self.inner.max_send_len()
+        }
         fn mac(&self) -> [u8; 6] {
             self.inner.mac()
         }
@@ -120,8 +123,14 @@ pub struct LinkStats {
     /// Received frames whose TCP or UDP checksum the sending host had left to
     /// hardware, finished by the link (AF_PACKET from a veth).
     pub rx_csum_completed: u64,
+    /// Received TCP super-segments (a sender's segmentation offload that no
+    /// hardware finished, over a veth) cut into frames that fit the MTU, each
+    /// counted in `rx_frames`.
+    pub rx_super: u64,
     /// Frames accepted for sending.
     pub tx_frames: u64,
+    /// Of those, TCP super-segments (see [`Link::max_send_len`]).
+    pub tx_super: u64,
     /// Bytes of those frames.
     pub tx_bytes: u64,
     /// Frames taken from the caller but not sent: shorter than [`MIN_FRAME_LEN`],
@@ -199,10 +208,21 @@ pub trait Link: Send {
     /// Largest Ethernet payload (IP MTU), as the interface reports it.
     fn mtu(&self) -> usize;
 
-    /// Largest frame: [`mtu`](Link::mtu) plus [`MAX_HEADER_LEN`]. Also the length of
-    /// every buffer lent by [`send_with`](Link::send_with).
+    /// Largest frame: [`mtu`](Link::mtu) plus [`MAX_HEADER_LEN`]. Every frame
+    /// received fits it.
     fn max_frame_len(&self) -> usize {
         self.mtu() + MAX_HEADER_LEN
+    }
+
+    /// Longest frame [`send_with`](Link::send_with) takes, and the length of every
+    /// buffer it lends. Beyond [`max_frame_len`](Link::max_frame_len) only on a
+    /// link with TCP segmentation offload: a frame longer than that must carry a
+    /// whole TCP/IPv4 packet (a *super-segment*), which goes out cut into segments
+    /// that fit the MTU, each with the super-segment's headers, its share of the
+    /// data and its own checksums (see [`exonet_wire::tso`]); the super-segment's
+    /// own TCP checksum field is ignored.
+    fn max_send_len(&self) -> usize {
+        self.max_frame_len()
     }
 
     /// The station address to use as the source of frames sent on this link.
@@ -283,6 +303,9 @@ macro_rules! forward_link {
         }
         fn max_frame_len(&self) -> usize {
             (**self).max_frame_len()
+        }
+        fn max_send_len(&self) -> usize {
+            (**self).max_send_len()
         }
         fn mac(&self) -> [u8; 6] {
             (**self).mac()

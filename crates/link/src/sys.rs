@@ -205,6 +205,27 @@ pub fn if_driver(fd: RawFd, name: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&info.driver[..len]).into_owned())
 }
 
+/// Whether interface `name` has TCP segmentation offload on
+/// (`ETHTOOL_GTSO`, what `ethtool -k` shows as tcp-segmentation-offload),
+/// asked through socket `fd`.
+pub fn if_tso(fd: RawFd, name: &str) -> io::Result<bool> {
+    const ETHTOOL_GTSO: u32 = 0x1e;
+    /// `struct ethtool_value`.
+    #[repr(C)]
+    struct Value {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = Value {
+        cmd: ETHTOOL_GTSO,
+        data: 0,
+    };
+    let mut ifr = ifreq(name)?;
+    ifr.ifr_ifru.ifru_data = (&mut v as *mut Value).cast();
+    ioctl_ifreq(fd, libc::SIOCETHTOOL, &mut ifr)?;
+    Ok(v.data != 0)
+}
+
 /// Index of interface `name`.
 pub fn if_index(name: &str) -> io::Result<libc::c_int> {
     let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;

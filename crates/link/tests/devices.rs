@@ -14,7 +14,8 @@ use exonet_link::afxdp::{self, AfXdp, XdpMode};
 use exonet_link::tap::Tap;
 use exonet_link::Link;
 use exonet_wire::ethernet::ethertype;
-use exonet_wire::{arp, build, ArpPacket, ArpRepr, EthernetFrame, Ipv4Packet, MacAddr};
+use exonet_wire::tcp::{self, TcpOption};
+use exonet_wire::{arp, build, ArpPacket, ArpRepr, EthernetFrame, Ipv4Packet, MacAddr, TcpPacket};
 
 fn is_root() -> bool {
     // SAFETY: no arguments, cannot fail.
@@ -236,6 +237,98 @@ fn afpacket_over_veth_blocks() {
 #[test]
 fn afpacket_over_veth_frames() {
     afpacket_over_veth(RxMode::Frames, "vethf");
+}
+
+/// A TCP super-segment: 20,000 bytes of payload behind headers with timestamps.
+fn super_segment(src: [u8; 6], dst: [u8; 6]) -> (Vec<u8>, Vec<u8>) {
+    let payload: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let ts = TcpOption::Timestamps { tsval: 7, tsecr: 9 };
+    let opts = [TcpOption::NoOp, TcpOption::NoOp, ts];
+    let (a, b) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
+    let frame = build::tcp_frame(
+        MacAddr(src),
+        MacAddr(dst),
+        a,
+        b,
+        40_000,
+        80,
+        tcp::flags::ACK | tcp::flags::PSH,
+        1_000,
+        1,
+        &opts,
+        &payload,
+    );
+    (frame, payload)
+}
+
+/// The TCP segments from 10.77.0.1 received on `l` within `within`, each
+/// checked to fit the MTU and to carry valid checksums; their payloads joined.
+fn recv_segments(l: &mut AfPacket, want: usize, within: Duration) -> (usize, Vec<u8>) {
+    let deadline = Instant::now() + within;
+    let (mut n, mut data) = (0, Vec::new());
+    while data.len() < want && Instant::now() < deadline {
+        l.recv_batch(
+            &mut |f| {
+                let Ok(ip) = Ipv4Packet::new_checked(&f[14..]) else {
+                    return;
+                };
+                if ip.protocol() != 6 || ip.src_addr() != Ipv4Addr::new(10, 77, 0, 1) {
+                    return;
+                }
+                assert!(f.len() <= 1514, "a frame of {} bytes", f.len());
+                assert!(ip.verify_checksum());
+                let seg = TcpPacket::new_checked(ip.payload()).unwrap();
+                assert!(seg.verify_checksum(ip.src_addr(), ip.dst_addr()));
+                n += 1;
+                data.extend_from_slice(seg.payload());
+            },
+            64,
+        )
+        .unwrap();
+        wait(l, libc::POLLIN);
+    }
+    (n, data)
+}
+
+/// Segmentation offload over a veth: a super-segment sent whole crosses it
+/// whole and is cut on arrival; with TSO off the link takes none.
+#[test]
+fn afpacket_sends_and_cuts_super_segments() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let (ns, a_name, b_name) = veth_pair("tso");
+    ns.run(|| {
+        let mut a = afpacket(&a_name, RxMode::Blocks);
+        let mut b = afpacket(&b_name, RxMode::Blocks);
+        assert_eq!(a.max_frame_len(), 1518);
+        assert!(a.max_send_len() > 65_000, "a veth has TSO on by default");
+        let (frame, payload) = super_segment(a.mac(), b.mac());
+        assert_eq!(a.send_batch(&[&frame[..]]).unwrap(), 1);
+        let (n, got) = recv_segments(&mut b, payload.len(), PATIENCE);
+        // 1500 − 20 − 32: 1448 bytes a segment.
+        assert_eq!(n, payload.len().div_ceil(1448));
+        assert!(got == payload, "payload differs");
+        assert_eq!((a.stats().tx_super, b.stats().rx_super), (1, 1));
+
+        // Without TSO the link takes no super-segment, and says so.
+        for name in [&a_name, &b_name] {
+            let out = Command::new("ethtool")
+                .args(["-K", name, "tso", "off"])
+                .output()
+                .expect("run ethtool");
+            assert!(out.status.success(), "ethtool: {out:?}");
+        }
+        drop(a);
+        let mut a = afpacket(&a_name, RxMode::Blocks);
+        assert_eq!(a.max_send_len(), 1518);
+        assert_eq!(a.send_batch(&[&frame[..]]).unwrap(), 1);
+        assert_eq!(a.stats().tx_dropped, 1);
+        // Frames mode never sends them.
+        let f = afpacket(&b_name, RxMode::Frames);
+        assert_eq!(f.max_send_len(), 1518);
+    });
 }
 
 /// Frames mode hands a lone frame over as soon as the kernel has written it: the

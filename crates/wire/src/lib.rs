@@ -39,6 +39,7 @@ pub mod ipv4;
 pub mod pcap;
 pub mod rng;
 pub mod tcp;
+pub mod tso;
 pub mod udp;
 
 pub use arp::{ArpPacket, ArpRepr};
