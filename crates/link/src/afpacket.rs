@@ -19,12 +19,13 @@
 //! TCP segmentation offload, both ways, in [`RxMode::Blocks`]. A TCP super-segment
 //! that arrives whole (Linux over a veth leaves segmentation to a NIC that is not
 //! there, and GRO merges) is cut here into frames that fit the MTU
-//! ([`exonet_wire::tso::segment`]), as that NIC would have sent them. And when the
+//! ([`exonet_wire::tso::Cutter`]), as that NIC would have sent them. And when the
 //! interface has TSO on (`ethtool -k`), the link takes super-segments to send
 //! ([`Link::max_send_len`]): each goes to the kernel with a `virtio_net_hdr`
 //! (`PACKET_VNET_HDR`) that says where to cut, and is cut by the device or by
-//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`] a slot holds one
-//! frame of the MTU: super-segments do not fit and are dropped, and none are sent.
+//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`] a receive slot
+//! then holds a super-segment (128 KiB a slot, 128 slots at least); without TSO
+//! a slot holds one frame of the MTU, and super-segments do not fit (dropped).
 
 use std::cell::Cell;
 use std::io;
@@ -34,7 +35,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use exonet_wire::ethernet::{ethertype, HEADER_LEN};
-use exonet_wire::tso::{self, TcpSuper};
+use exonet_wire::tso::{Cutter, TcpSuper};
 
 use crate::sys::{self, Mmap};
 use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
@@ -71,6 +72,9 @@ const MAX_SUPER_LEN: usize = MAX_HEADER_LEN + 65535;
 /// Transmit slots with segmentation offload: each slot holds a super-segment
 /// (128 KiB), so fewer than the default 512 (8 MiB of ring).
 const SUPER_TX_FRAMES: usize = 64;
+/// Receive slots in [`RxMode::Frames`] with segmentation offload, at least: each
+/// holds a super-segment (128 KiB, so 16 MiB of ring).
+const SUPER_RX_SLOTS: usize = 128;
 
 /// How the kernel hands received frames over (see the [module documentation](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -133,9 +137,10 @@ pub struct Config {
     pub promiscuous: bool,
     /// Send straight to the driver, skipping the qdisc layer, if the kernel allows.
     pub qdisc_bypass: bool,
-    /// Take TCP super-segments to send when the interface has TSO on
-    /// ([`RxMode::Blocks`] only; see the [module documentation](self)). The
-    /// transmit ring then has at most 64 slots, of 128 KiB.
+    /// Take TCP super-segments to send when the interface has TSO on (see the
+    /// [module documentation](self)). The transmit ring then has at most 64
+    /// slots, of 128 KiB; in [`RxMode::Frames`] so has the receive ring, at
+    /// least 128.
     pub segmentation: bool,
 }
 
@@ -172,6 +177,10 @@ struct Blocks {
     current: usize,
     left: u32,
     next: usize,
+    /// A super-segment of the current block being cut, when the last batch had
+    /// no room for all of its segments: where it lies, its length, and the
+    /// offset from it to the next frame's header.
+    cutting: Option<(Cutter, usize, usize, u32)>,
 }
 
 /// A TPACKET_V2 receive ring of `count` slots of `size` bytes, end to end from the
@@ -182,6 +191,9 @@ struct Frames {
     count: usize,
     /// The next slot the kernel fills.
     head: usize,
+    /// A super-segment in slot `head` being cut, when the last batch had no
+    /// room for all of its segments: where it lies and its length.
+    cutting: Option<(Cutter, usize, usize)>,
 }
 
 /// An AF_PACKET link bound to one interface (see the [module documentation](self)).
@@ -237,20 +249,30 @@ impl AfPacket {
         let (mtu, mac) = sys::if_mtu_mac(raw, ifname)?;
         let max_frame = mtu + MAX_HEADER_LEN;
         let mode = cfg.rx_mode;
+        // Only where the device (or Linux's GSO before it) will cut them.
+        let vnet = cfg.segmentation && sys::if_tso(raw, ifname).unwrap_or(false);
 
         // A V3 block holds at least one frame with its header; a V2 slot is one frame
-        // with the room before it, rounded up so that slots fill blocks exactly.
-        let (rx_frame, rx_frames) = match mode {
-            RxMode::Blocks => (RX_FRAME, cfg.block_size / RX_FRAME * cfg.block_count),
+        // with the room before it, rounded up so that slots fill blocks exactly (with
+        // segmentation offload, a super-segment, in blocks of one slot or more).
+        let (rx_block, rx_blocks) = (cfg.block_size, cfg.block_count);
+        let (rx_block, rx_blocks, rx_frame, rx_frames) = match mode {
+            RxMode::Blocks => (rx_block, rx_blocks, RX_FRAME, rx_block / RX_FRAME * rx_blocks),
+            RxMode::Frames if vnet => {
+                let slot = (V2_RX_ROOM + VNET_LEN + MAX_SUPER_LEN).next_power_of_two();
+                let block = rx_block.max(slot);
+                let blocks = rx_blocks.max(SUPER_RX_SLOTS * slot / block);
+                (block, blocks, slot, block / slot * blocks)
+            }
             RxMode::Frames => {
                 let slot = (V2_RX_ROOM + max_frame).next_power_of_two();
-                (slot, cfg.block_size / slot * cfg.block_count)
+                (rx_block, rx_blocks, slot, rx_block / slot * rx_blocks)
             }
         };
         if !cfg.block_size.is_power_of_two()
             || cfg.block_size < page
             || cfg.block_size < mode.tx_data_off() + max_frame
-            || cfg.block_size < rx_frame
+            || rx_block < rx_frame
             || cfg.block_count == 0
             || cfg.tx_frames == 0
         {
@@ -259,9 +281,6 @@ impl AfPacket {
                 "block size must be a power of two of at least a page and a frame",
             ));
         }
-        // Only where the device (or Linux's GSO before it) will cut them.
-        let vnet =
-            cfg.segmentation && mode == RxMode::Blocks && sys::if_tso(raw, ifname).unwrap_or(false);
         let (tx_max, tx_want) = if vnet {
             (VNET_LEN + MAX_SUPER_LEN, cfg.tx_frames.min(SUPER_TX_FRAMES))
         } else {
@@ -299,8 +318,8 @@ impl AfPacket {
         // V2 takes the leading `tpacket_req` part of the request; the block timeout and
         // the rest only matter to V3.
         let rx_req = libc::tpacket_req3 {
-            tp_block_size: uint(cfg.block_size)?,
-            tp_block_nr: uint(cfg.block_count)?,
+            tp_block_size: uint(rx_block)?,
+            tp_block_nr: uint(rx_blocks)?,
             tp_frame_size: uint(rx_frame)?,
             tp_frame_nr: uint(rx_frames)?,
             tp_retire_blk_tov: cfg.block_timeout_ms,
@@ -319,7 +338,7 @@ impl AfPacket {
         };
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx_req)?;
         // The kernel maps the receive ring first, then the transmit ring.
-        let tx_off = cfg.block_size * cfg.block_count;
+        let tx_off = rx_block * rx_blocks;
         let map = Mmap::shared(raw, tx_off + tx_blocks * tx_block)?;
 
         if cfg.promiscuous {
@@ -347,16 +366,18 @@ impl AfPacket {
 
         let rx = match mode {
             RxMode::Blocks => RxRing::Blocks(Blocks {
-                size: cfg.block_size,
-                count: cfg.block_count,
+                size: rx_block,
+                count: rx_blocks,
                 current: 0,
                 left: 0,
                 next: 0,
+                cutting: None,
             }),
             RxMode::Frames => RxRing::Frames(Frames {
                 size: rx_frame,
                 count: rx_frames,
                 head: 0,
+                cutting: None,
             }),
         };
         Ok(AfPacket {
@@ -446,6 +467,18 @@ impl Blocks {
         let hdr_len = size_of::<libc::tpacket3_hdr>();
         let mut n = 0;
         while n < max {
+            if let Some((mut c, at, len, next_offset)) = self.cutting.take() {
+                // SAFETY: the frame lies in the current block (checked when the
+                // cut began), which stays ours until released below.
+                let frame = unsafe { frame_mut(map, at, len) };
+                n += cut(&mut c, frame, max - n, stats, f);
+                if c.remaining() > 0 {
+                    self.cutting = Some((c, at, len, next_offset));
+                    break;
+                }
+                self.step(map, stats, next_offset);
+                continue;
+            }
             let block = self.current * self.size;
             if self.left == 0 {
                 let st = status(map, block + BLOCK_STATUS).load(Ordering::Acquire);
@@ -477,62 +510,102 @@ impl Blocks {
             } else {
                 // SAFETY: the frame lies within the block, which stays ours (and
                 // unchanged by the kernel) until `release`, after the callback returns.
-                unsafe { lend(map, block + start, len, h.tp_status, mtu, stats, f) };
-                n += 1;
+                let frame = unsafe { frame_mut(map, block + start, len) };
+                match lend(frame, h.tp_status, mtu, stats, f) {
+                    Lent::Whole => n += 1,
+                    Lent::Dropped => {}
+                    Lent::Super(mut c) => {
+                        n += cut(&mut c, frame, max - n, stats, f);
+                        if c.remaining() > 0 {
+                            self.cutting = Some((c, block + start, len, h.tp_next_offset));
+                            break;
+                        }
+                    }
+                }
             }
-            self.left -= 1;
-            if self.left == 0 {
-                self.release(map);
-            } else if h.tp_next_offset == 0 {
-                stats.rx_dropped += u64::from(self.left);
-                self.release(map);
-            } else {
-                self.next += h.tp_next_offset as usize;
-            }
+            self.step(map, stats, h.tp_next_offset);
         }
         n
     }
+
+    /// Past the current frame, whose header gave `next_offset`.
+    fn step(&mut self, map: &Mmap, stats: &mut LinkStats, next_offset: u32) {
+        self.left -= 1;
+        if self.left == 0 {
+            self.release(map);
+        } else if next_offset == 0 {
+            stats.rx_dropped += u64::from(self.left);
+            self.release(map);
+        } else {
+            self.next += next_offset as usize;
+        }
+    }
+}
+
+/// The `len` bytes at `at` in the ring.
+///
+/// # Safety
+/// The range lies in `map`, in a block or slot that is ours (the kernel does
+/// not write it), and no other reference to it lives while this one does.
+#[allow(clippy::mut_from_ref)]
+unsafe fn frame_mut(map: &Mmap, at: usize, len: usize) -> &mut [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(at), len) }
+}
+
+/// Lends the next segments of a super-segment being cut, at most `max`, and
+/// counts them; returns how many.
+fn cut(
+    c: &mut Cutter,
+    frame: &mut [u8],
+    max: usize,
+    stats: &mut LinkStats,
+    f: &mut dyn FnMut(&[u8]),
+) -> usize {
+    c.cut(frame, max, &mut |seg| {
+        stats.rx_frames += 1;
+        stats.rx_bytes += seg.len() as u64;
+        f(seg);
+    })
 }
 
 /// `TP_STATUS_CSUMNOTREADY` (linux/if_packet.h): the sender (this host, over a
 /// veth or loopback) left the transport checksum to hardware that is not there.
 const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 
-/// Lends the `len` bytes at `at` in the ring to `f` and counts them, having
-/// first finished a checksum Linux left undone (`tp_status`), so that every
-/// frame handed up carries a valid one (counted in `rx_csum_completed`). A TCP
-/// super-segment is lent cut into frames that fit `mtu` (`rx_super`); any
-/// other frame longer than an MTU's is dropped.
-///
-/// # Safety
-/// The range lies in `map`, in a block or slot that is ours (the kernel does
-/// not write it) until after this returns.
-unsafe fn lend(
-    map: &Mmap,
-    at: usize,
-    len: usize,
+/// What [`lend`] did with a frame.
+enum Lent {
+    /// Lent to the callback.
+    Whole,
+    /// Dropped: longer than an MTU's frame, and no super-segment.
+    Dropped,
+    /// Not lent: a TCP super-segment, to be cut ([`cut`]).
+    Super(Cutter),
+}
+
+/// Lends `frame` to `f` and counts it, having first finished a checksum Linux
+/// left undone (`tp_status`), so that every frame handed up carries a valid
+/// one (counted in `rx_csum_completed`). A TCP super-segment is returned
+/// instead, to be cut into frames that fit `mtu` (counted in `rx_super`).
+fn lend(
+    frame: &mut [u8],
     tp_status: u32,
     mtu: usize,
     stats: &mut LinkStats,
     f: &mut dyn FnMut(&[u8]),
-) {
-    // SAFETY: the caller's contract.
-    let frame = unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(at), len) };
+) -> Lent {
+    let len = frame.len();
     if len > mtu + MAX_HEADER_LEN || (len > mtu + HEADER_LEN && frame[12..14] != [0x81, 0x00]) {
-        let mut bytes = 0;
-        let cut = tso::segment(frame, mtu, &mut |seg| {
-            bytes += seg.len() as u64;
-            f(seg);
-        });
-        match cut {
-            Some(n) => {
+        return match Cutter::new(frame, mtu) {
+            Some(c) => {
                 stats.rx_super += 1;
-                stats.rx_frames += n as u64;
-                stats.rx_bytes += bytes;
+                Lent::Super(c)
             }
-            None => stats.rx_dropped += 1,
-        }
-        return;
+            None => {
+                stats.rx_dropped += 1;
+                Lent::Dropped
+            }
+        };
     }
     if tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame) {
         stats.rx_csum_completed += 1;
@@ -540,6 +613,7 @@ unsafe fn lend(
     f(frame);
     stats.rx_frames += 1;
     stats.rx_bytes += len as u64;
+    Lent::Whole
 }
 
 impl Frames {
@@ -558,6 +632,19 @@ impl Frames {
         while n < max {
             let slot = self.head * self.size;
             let st = status(map, slot + RxMode::Frames.status_off());
+            if let Some((mut c, at, len)) = self.cutting.take() {
+                // SAFETY: the frame lies in slot `head` (checked when the cut
+                // began), which stays ours until released below.
+                let frame = unsafe { frame_mut(map, at, len) };
+                n += cut(&mut c, frame, max - n, stats, f);
+                if c.remaining() > 0 {
+                    self.cutting = Some((c, at, len));
+                    break;
+                }
+                st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+                self.head = (self.head + 1) % self.count;
+                continue;
+            }
             if st.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 break;
             }
@@ -574,8 +661,18 @@ impl Frames {
                 // SAFETY: the frame lies within the slot (checked above), which stays
                 // ours (and unchanged by the kernel) until released below, after the
                 // callback.
-                unsafe { lend(map, slot + start, len, h.tp_status, mtu, stats, f) };
-                n += 1;
+                let frame = unsafe { frame_mut(map, slot + start, len) };
+                match lend(frame, h.tp_status, mtu, stats, f) {
+                    Lent::Whole => n += 1,
+                    Lent::Dropped => {}
+                    Lent::Super(mut c) => {
+                        n += cut(&mut c, frame, max - n, stats, f);
+                        if c.remaining() > 0 {
+                            self.cutting = Some((c, slot + start, len));
+                            break;
+                        }
+                    }
+                }
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.head = (self.head + 1) % self.count;

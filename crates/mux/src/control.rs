@@ -583,6 +583,7 @@ impl Daemon {
                 mac: self.mux.mac(),
                 addrs: self.config.prefixes.clone(),
                 mtu: self.mux.link().max_frame_len() as u32,
+                max_send: self.mux.link().max_send_len() as u32,
             }),
             Request::CreateEndpoint => {
                 if n_endpoints >= self.config.max_endpoints {

@@ -55,6 +55,7 @@ impl Multiplexer for InProcess {
             mac: self.mux.mac(),
             addrs: self.prefixes.clone(),
             mtu: self.mux.link().max_frame_len() as u32,
+            max_send: self.mux.link().max_send_len() as u32,
         })
     }
 

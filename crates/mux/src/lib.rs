@@ -2314,7 +2314,7 @@ fn tx_turn(
 ) -> Turn {
     let mut turn = Turn::default();
     let layout = *e.ep.frames.layout();
-    let max_len = link.max_frame_len();
+    let max_len = link.max_send_len();
     // The rings move a batch at a time: one index load and one index store
     // per batch on each ring, not per frame.
     'batches: while *budget > 0 {

@@ -168,9 +168,14 @@ fn reply() -> impl Strategy<Value = Reply> {
         (
             any::<[u8; 6]>(),
             prop::collection::vec((ip(), 0u8..=32), 0..8),
-            any::<u32>()
+            any::<(u32, u32)>()
         )
-            .prop_map(|(mac, addrs, mtu)| Reply::Info { mac, addrs, mtu }),
+            .prop_map(|(mac, addrs, (mtu, max_send))| Reply::Info {
+                mac,
+                addrs,
+                mtu,
+                max_send
+            }),
         any::<u32>().prop_map(|endpoint| Reply::Endpoint { endpoint }),
         (any::<u32>(), any::<u16>()).prop_map(|(channel, port)| Reply::Bound { channel, port }),
         any::<u16>().prop_map(|port| Reply::Port { port }),

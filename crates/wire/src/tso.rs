@@ -92,65 +92,109 @@ impl TcpSuper {
 }
 
 /// Cuts `frame`, a TCP/IPv4 super-frame whose packet is longer than `mtu`,
-/// into frames whose packets fit `mtu`, and lends each to `f` in order.
+/// into frames whose packets fit `mtu`, and lends each to `f` in order: all of
+/// [`Cutter`] at once. Returns how many segments `f` got, or `None` (without
+/// calling `f` or changing `frame`) when `frame` is no such super-frame.
+pub fn segment(frame: &mut [u8], mtu: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
+    let mut c = Cutter::new(frame, mtu)?;
+    Some(c.cut(frame, usize::MAX, f))
+}
+
+/// Cuts a TCP/IPv4 super-frame whose packet is longer than the MTU into
+/// frames whose packets fit it, a few at a time if need be (a receive batch
+/// has room for so many frames).
 ///
 /// It works in place: the headers of segment *i* are written over the last
-/// bytes of segment *i − 1*'s payload, after `f` had it; so `frame` is
-/// clobbered. Returns how many segments `f` got, or `None` (without calling
-/// `f` or changing `frame`) when `frame` is no such super-frame: not TCP over
-/// IPv4, inconsistent, or already fitting.
+/// bytes of segment *i − 1*'s payload, after it was lent; so the frame is
+/// clobbered, and must be the same unchanged frame at every call.
 ///
 /// Every segment carries complete IPv4 and TCP checksums, whatever the
 /// super-frame's held (Linux leaves its TCP checksum partial, and one merged
 /// by GRO keeps the first segment's).
-pub fn segment(frame: &mut [u8], mtu: usize, f: &mut dyn FnMut(&[u8])) -> Option<usize> {
-    let h = TcpSuper::parse(frame)?;
-    let size = h.segment_size(mtu);
-    if h.end - h.l3 <= mtu || size == 0 {
-        return None;
-    }
-    let mut headers = [0u8; MAX_HEADERS];
-    let hl = h.payload;
-    headers[..hl].copy_from_slice(&frame[..hl]);
-    let (ip, tcp) = (h.l3, h.l4);
-    let ident = u16::from_be_bytes([headers[ip + 4], headers[ip + 5]]);
-    let seq = u32::from_be_bytes(headers[tcp + 4..tcp + 8].try_into().ok()?);
-    let flags = headers[tcp + 13];
-    let data = h.end - hl;
-    let count = data.div_ceil(size);
-    for i in 0..count {
-        let (from, len) = (i * size, size.min(data - i * size));
-        // The segment's frame: its headers just before its payload.
-        let seg = &mut frame[from..hl + from + len];
-        seg[..hl].copy_from_slice(&headers[..hl]);
-        let mut fl = flags;
-        if i > 0 {
-            fl &= !CWR;
+#[derive(Debug, Clone)]
+pub struct Cutter {
+    h: TcpSuper,
+    /// The super-frame's headers, as they came.
+    headers: [u8; MAX_HEADERS],
+    /// Payload bytes per segment, and the segments.
+    size: usize,
+    count: usize,
+    /// The next segment to lend.
+    next: usize,
+}
+
+impl Cutter {
+    /// A cutter for `frame`, or `None` when it is no super-frame to cut: not
+    /// TCP over IPv4, inconsistent, or already fitting `mtu`.
+    pub fn new(frame: &[u8], mtu: usize) -> Option<Cutter> {
+        let h = TcpSuper::parse(frame)?;
+        let size = h.segment_size(mtu);
+        if h.end - h.l3 <= mtu || size == 0 {
+            return None;
         }
-        if i + 1 < count {
-            fl &= !(FIN | PSH);
-        }
-        seg[tcp + 13] = fl;
-        let total = (hl - ip + len) as u16;
-        seg[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-        seg[ip + 4..ip + 6].copy_from_slice(&ident.wrapping_add(i as u16).to_be_bytes());
-        seg[ip + 10..ip + 12].fill(0);
-        let c = checksum::checksum(&seg[ip..tcp]);
-        seg[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
-        let s = seq.wrapping_add((i * size) as u32);
-        seg[tcp + 4..tcp + 8].copy_from_slice(&s.to_be_bytes());
-        let one = TcpSuper {
-            end: hl + len,
-            ..h
-        };
-        let pseudo = one.pseudo_sum(seg);
-        seg[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());
-        // The header's length is even (a multiple of 4), so the sums add.
-        let c = !checksum::add(checksum::sum(&seg[tcp..hl]), checksum::sum(&seg[hl..]));
-        seg[tcp + 16..tcp + 18].copy_from_slice(&c.to_be_bytes());
-        f(seg);
+        let mut headers = [0u8; MAX_HEADERS];
+        headers[..h.payload].copy_from_slice(&frame[..h.payload]);
+        Some(Cutter {
+            h,
+            headers,
+            size,
+            count: (h.end - h.payload).div_ceil(size),
+            next: 0,
+        })
     }
-    Some(count)
+
+    /// Segments not lent yet.
+    pub fn remaining(&self) -> usize {
+        self.count - self.next
+    }
+
+    /// Lends the next segments of `frame`, at most `max`, to `f`; returns how
+    /// many.
+    pub fn cut(&mut self, frame: &mut [u8], max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+        let (hl, ip, tcp) = (self.h.payload, self.h.l3, self.h.l4);
+        let head = &self.headers;
+        let ident = u16::from_be_bytes([head[ip + 4], head[ip + 5]]);
+        let seq = u32::from_be_bytes([head[tcp + 4], head[tcp + 5], head[tcp + 6], head[tcp + 7]]);
+        let flags = head[tcp + 13];
+        let data = self.h.end - hl;
+        let mut lent = 0;
+        while self.next < self.count && lent < max {
+            let i = self.next;
+            let (from, len) = (i * self.size, self.size.min(data - i * self.size));
+            // The segment's frame: its headers just before its payload.
+            let seg = &mut frame[from..hl + from + len];
+            seg[..hl].copy_from_slice(&head[..hl]);
+            let mut fl = flags;
+            if i > 0 {
+                fl &= !CWR;
+            }
+            if i + 1 < self.count {
+                fl &= !(FIN | PSH);
+            }
+            seg[tcp + 13] = fl;
+            let total = (hl - ip + len) as u16;
+            seg[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+            seg[ip + 4..ip + 6].copy_from_slice(&ident.wrapping_add(i as u16).to_be_bytes());
+            seg[ip + 10..ip + 12].fill(0);
+            let c = checksum::checksum(&seg[ip..tcp]);
+            seg[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+            let s = seq.wrapping_add((i * self.size) as u32);
+            seg[tcp + 4..tcp + 8].copy_from_slice(&s.to_be_bytes());
+            let one = TcpSuper {
+                end: hl + len,
+                ..self.h
+            };
+            let pseudo = one.pseudo_sum(seg);
+            seg[tcp + 16..tcp + 18].copy_from_slice(&pseudo.to_be_bytes());
+            // The header's length is even (a multiple of 4), so the sums add.
+            let c = !checksum::add(checksum::sum(&seg[tcp..hl]), checksum::sum(&seg[hl..]));
+            seg[tcp + 16..tcp + 18].copy_from_slice(&c.to_be_bytes());
+            f(seg);
+            self.next += 1;
+            lent += 1;
+        }
+        lent
+    }
 }
 
 #[cfg(test)]
@@ -219,6 +263,25 @@ mod tests {
             joined.extend_from_slice(data);
         }
         assert_eq!(joined, payload);
+    }
+
+    #[test]
+    fn a_cut_goes_on_where_it_stopped() {
+        let payload: Vec<u8> = (0..30_000u32).map(|i| (i % 241) as u8).collect();
+        let frame = super_frame(&payload, 0x19, &[], false);
+        let whole = cut(&frame, 1500);
+        let mut f = frame.clone();
+        let mut c = Cutter::new(&f, 1500).unwrap();
+        let mut got = Vec::new();
+        for max in [0, 3, 1, 7, 100] {
+            let before = c.remaining();
+            let n = c.cut(&mut f, max, &mut |s| got.push(s[54..].to_vec()));
+            assert_eq!(n, max.min(before));
+            assert_eq!(c.remaining(), before - n);
+        }
+        assert_eq!(c.remaining(), 0);
+        let want: Vec<Vec<u8>> = whole.into_iter().map(|s| s.3).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -122,6 +122,10 @@ pub struct HostInfo {
     pub addrs: Vec<(Ipv4Addr, u8)>,
     /// Largest frame the link carries, Ethernet header included.
     pub mtu: u32,
+    /// Longest frame the link takes to send: beyond `mtu` only with TCP
+    /// segmentation offload, for TCP super-segments (a whole TCP/IPv4 packet
+    /// of up to 64 KB that the link cuts into segments that fit its MTU).
+    pub max_send: u32,
 }
 
 /// An application's connection to the multiplexer.
@@ -252,7 +256,17 @@ impl Client {
 
     pub fn info(&mut self) -> Result<HostInfo, ControlError> {
         match self.request(&Request::Info, &[])? {
-            Reply::Info { mac, addrs, mtu } => Ok(HostInfo { mac, addrs, mtu }),
+            Reply::Info {
+                mac,
+                addrs,
+                mtu,
+                max_send,
+            } => Ok(HostInfo {
+                mac,
+                addrs,
+                mtu,
+                max_send,
+            }),
             other => Err(unexpected(other)),
         }
     }

@@ -21,7 +21,7 @@ use std::net::Ipv4Addr;
 /// without a reply ([`NO_REPLY`]). 3: an application may sleep in
 /// `FUTEX_WAIT` ([`crate::WakeWord::FUTEX`]), which a multiplexer of
 /// version 2 would not wake.
-pub const CONTROL_VERSION: u32 = 3;
+pub const CONTROL_VERSION: u32 = 4;
 /// Set in a request's kind byte: the multiplexer sends no reply. Only on
 /// requests whose success is a bare [`Reply::Ok`]
 /// ([`Request::may_go_unanswered`]); the decoder refuses it elsewhere.
@@ -245,6 +245,7 @@ pub enum Reply {
         mac: [u8; 6],
         addrs: Vec<(Ipv4Addr, u8)>,
         mtu: u32,
+        max_send: u32,
     },
     Endpoint {
         endpoint: u32,
@@ -636,14 +637,19 @@ impl Reply {
         match self {
             Reply::Ok => e.u8(1),
             Reply::Hello { version } => e.u8(2).u32(*version),
-            Reply::Info { mac, addrs, mtu } => {
+            Reply::Info {
+                mac,
+                addrs,
+                mtu,
+                max_send,
+            } => {
                 e.u8(3);
                 e.0.extend_from_slice(mac);
                 e.u32(addrs.len() as u32);
                 for (a, len) in addrs {
                     e.ip(*a).u8(*len);
                 }
-                e.u32(*mtu)
+                e.u32(*mtu).u32(*max_send)
             }
             Reply::Endpoint { endpoint } => e.u8(4).u32(*endpoint),
             Reply::Bound { channel, port } => e.u8(5).u32(*channel).u16(*port),
@@ -691,6 +697,7 @@ impl Reply {
                     mac,
                     addrs,
                     mtu: d.u32()?,
+                    max_send: d.u32()?,
                 }
             }
             4 => Reply::Endpoint { endpoint: d.u32()? },

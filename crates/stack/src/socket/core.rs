@@ -185,6 +185,29 @@ impl Sock {
     }
 }
 
+/// TCP segmentation offload on the multiplexer's link ([`HostInfo::max_send`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tso {
+    /// The longest TCP super-segment (header and data) a frame carries.
+    pub space: usize,
+    /// The TCP length of each segment the link cuts one into: its MTU less
+    /// the IPv4 header.
+    pub cut: usize,
+}
+
+impl Tso {
+    fn of(info: &HostInfo) -> Option<Tso> {
+        let (mtu, max_send) = (info.mtu as usize, info.max_send as usize);
+        // Both lengths count the link's header with room for an 802.1Q tag.
+        let packet = max_send.checked_sub(ETH_LEN + 4)?.min(usize::from(u16::MAX));
+        let link_mtu = mtu.checked_sub(ETH_LEN + 4)?;
+        (max_send > mtu).then(|| Tso {
+            space: packet - IP_LEN,
+            cut: link_mtu.saturating_sub(IP_LEN),
+        })
+    }
+}
+
 pub(crate) struct Inner {
     /// Locked after `Inner` when both are (control requests from socket calls);
     /// alone when a thread drives an in-process multiplexer.
@@ -208,6 +231,10 @@ pub(crate) struct Inner {
     to_free: Vec<u32>,
     /// Largest datagram sent whole.
     mtu: usize,
+    /// TCP segmentation offload, if the link has it: the largest TCP
+    /// super-segment, and the TCP length of the segments the link cuts it
+    /// into (its MTU's, whatever `mtu` is).
+    pub(crate) tso: Option<Tso>,
     ipv4: Ipv4Rx,
     reasm: Reassembler,
     icmp: Icmp,
@@ -229,6 +256,9 @@ pub(crate) struct Inner {
     pub followers: usize,
     /// A send found the tx ring or the send buffers full.
     tx_blocked: bool,
+    /// A connection holds data back until the multiplexer takes its earlier
+    /// frames (TCP autocorking): a sleep must wait for that too.
+    tx_corked: bool,
     /// The time of the last pump: what sends go by (a neighbour's or a path
     /// MTU's age needs no fresher clock).
     pub clock: Time,
@@ -320,6 +350,7 @@ impl Inner {
         let (rx_bufs, tx_bufs) = buffers.split_at(buffers.len() / 2);
         let epoch = monotonic_nanos();
         let tcp = TcpTable::new(config.tcp.clone())?;
+        let tso = Tso::of(&info);
         let mut inner = Inner {
             mux,
             in_process,
@@ -336,6 +367,7 @@ impl Inner {
             send_area,
             to_free: rx_bufs.to_vec(),
             mtu,
+            tso,
             ipv4: Ipv4Rx::new(&addrs),
             reasm: Reassembler::new(config.reasm),
             icmp: Icmp::new(),
@@ -356,6 +388,7 @@ impl Inner {
             followers: 0,
             clock: Time::ZERO,
             tx_blocked: false,
+            tx_corked: false,
             tcp,
             linger: config.linger,
             lazy_bind: config.lazy_bind,
@@ -403,10 +436,11 @@ impl Inner {
             || (self.tx_blocked && self.tx.outstanding() < self.tx.entries())
     }
 
-    /// A send found the tx ring or the send buffers full: a sleep must also
-    /// wait for the multiplexer to take frames, not only for received ones.
+    /// A send found the tx ring or the send buffers full, or a connection
+    /// corked: a sleep must also wait for the multiplexer to take frames, not
+    /// only for received ones.
     pub fn tx_blocked(&self) -> bool {
-        self.tx_blocked
+        self.tx_blocked || self.tx_corked
     }
 
     /// Frames wait on the tx ring for the multiplexer.
@@ -620,8 +654,14 @@ impl Inner {
             }
             if d.is_chain() {
                 if let Some(owner) = self.send_area.complete(d.offset) {
-                    if let Some(c) = owner.and_then(|id| self.conn_mut(id)) {
-                        c.conn.reference_done();
+                    if let Some(id) = owner {
+                        if let Some(c) = self.conn_mut(id) {
+                            c.conn.reference_done();
+                            // What a cork held back goes now.
+                            if c.conn.is_corked() && c.conn.references() == 0 {
+                                self.tcp_mark(id);
+                            }
+                        }
                     }
                     continue;
                 }

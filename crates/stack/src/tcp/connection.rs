@@ -628,6 +628,9 @@ pub struct Connection {
     recover: SeqNum,
     /// Resend the segment at SND.UNA once, without going back (fast retransmit).
     rexmit_pending: bool,
+    /// The last transmit held back a short super-segment
+    /// ([`Connection::poll_transmit_offloaded`]'s `cork`).
+    corked: bool,
     /// The SACK scoreboard (RFC 6675 §3): disjoint ranges [start, end) above
     /// SND.UNA the peer holds, in order.
     scoreboard: Vec<(SeqNum, SeqNum)>,
@@ -736,6 +739,7 @@ impl Connection {
             in_recovery: false,
             recover: iss,
             rexmit_pending: false,
+            corked: false,
             scoreboard: Vec::new(),
             high_rxt: iss,
             rescue_rxt: None,
@@ -2331,6 +2335,8 @@ impl Connection {
         let mut out = Out {
             buf,
             space,
+            cut: space,
+            cork: false,
             pieces: None,
         };
         self.transmit(now, &mut out)
@@ -2352,6 +2358,31 @@ impl Connection {
         buf: &mut [u8],
         space: usize,
     ) -> Option<(usize, Option<Pieces>)> {
+        self.poll_transmit_offloaded(now, buf, space, space, false)
+    }
+
+    /// [`Connection::poll_transmit_referenced`] over a link with TCP
+    /// segmentation offload, which cuts a segment longer than `cut` (header
+    /// and data) into segments of `cut`, each with this one's header. New
+    /// data then goes in *super-segments* of up to `space`, a whole number of
+    /// segments (but for the end of what is queued), when the segments the
+    /// link cuts are the connection's full-sized ones. A super-segment's
+    /// checksum is left to the link: the field holds only the sum of its
+    /// header, not of its data.
+    ///
+    /// With `cork` (the caller's earlier segments are not yet taken), new data
+    /// that would go in a super-segment shorter than `space` only because the
+    /// queue ends there is held back ([`Connection::is_corked`]), for more to
+    /// join it, as Linux's autocorking does: the caller sends it once the
+    /// earlier segments are taken.
+    pub fn poll_transmit_offloaded(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        space: usize,
+        cut: usize,
+        cork: bool,
+    ) -> Option<(usize, Option<Pieces>)> {
         let space = if self.send_buf.is_lent() {
             space.max(buf.len())
         } else {
@@ -2360,10 +2391,19 @@ impl Connection {
         let mut out = Out {
             buf,
             space,
+            cut: cut.min(space),
+            cork,
             pieces: None,
         };
+        self.corked = false;
         let n = self.transmit(now, &mut out)?;
         Some((n, out.pieces))
+    }
+
+    /// The last [`Connection::poll_transmit_offloaded`] held data back for its
+    /// `cork`.
+    pub fn is_corked(&self) -> bool {
+        self.corked
     }
 
     /// Moves the send buffer into `mem` (part of the endpoint's segment, read
@@ -2500,7 +2540,14 @@ impl Connection {
             }
             self.skip_sacked();
             let cwnd_room = self.cwnd_room();
-            if let Some(n) = self.send_data(now, out, room, mss, cwnd_room) {
+            // A super-segment when the link cuts it into our full segments.
+            let cut_mss = out.cut.saturating_sub(MIN_HEADER_LEN + opts);
+            let seg_max = if cut_mss == mss && room >= 2 * mss {
+                room - room % mss
+            } else {
+                mss
+            };
+            if let Some(n) = self.send_data(now, out, room, mss, seg_max, cwnd_room) {
                 // RFC 8985 §7.2: restarted by sending new data.
                 self.arm_pto(now);
                 return Some(n);
@@ -2545,7 +2592,7 @@ impl Connection {
         mss: usize,
     ) -> Option<usize> {
         let tsval = self.ts_now(now);
-        let (n, retrans) = match self.send_data(now, out, room, mss, u32::MAX) {
+        let (n, retrans) = match self.send_data(now, out, room, mss, mss, u32::MAX) {
             Some(n) => (n, false),
             None => {
                 let data_end = self.send_base + self.send_buf.len() as u32;
@@ -2585,17 +2632,24 @@ impl Connection {
         (self.snd_una + cwnd).distance_from(self.snd_nxt)
     }
 
-    /// Sends the next data segment at SND.NXT, if one should go.
+    /// Sends the next data segment at SND.NXT, if one should go: of up to
+    /// `seg_max` bytes, a multiple of `mss` unless it ends the queue.
     fn send_data(
         &mut self,
         now: Time,
         out: &mut Out<'_>,
         room: usize,
         mss: usize,
+        seg_max: usize,
         cwnd_room: u32,
     ) -> Option<usize> {
-        let (len, fin) = self.next_data(room, mss, cwnd_room)?;
+        let (len, fin) = self.next_data(room, mss, seg_max, cwnd_room)?;
         let offset = self.snd_nxt.diff(self.send_base) as usize;
+        let ends_queue = offset + len == self.send_buf.len();
+        if out.cork && seg_max > mss && len < seg_max && ends_queue && !fin {
+            self.corked = true;
+            return None;
+        }
         let mut f = flags::ACK;
         if fin {
             f |= flags::FIN;
@@ -2631,7 +2685,7 @@ impl Connection {
             if let Some((seq, len)) = lost {
                 return self.fast_retransmit(out, now, room.min(len as usize), seq);
             }
-            if let Some(n) = self.send_data(now, out, room, room, free) {
+            if let Some(n) = self.send_data(now, out, room, room, room, free) {
                 return Some(n);
             }
             if let Some((seq, len)) = self.next_hole(true) {
@@ -2754,8 +2808,15 @@ impl Connection {
 
     /// What the next data segment at SND.NXT carries: bytes and whether a FIN, or
     /// `None` if nothing should go now. `cwnd_room` is what congestion control
-    /// allows beyond SND.NXT.
-    fn next_data(&self, room: usize, mss: usize, cwnd_room: u32) -> Option<(usize, bool)> {
+    /// allows beyond SND.NXT; beyond `mss` (up to `seg_max`), a super-segment
+    /// takes whole segments only, unless it empties the queue.
+    fn next_data(
+        &self,
+        room: usize,
+        mss: usize,
+        seg_max: usize,
+        cwnd_room: u32,
+    ) -> Option<(usize, bool)> {
         let offset = self.snd_nxt.diff(self.send_base);
         let mut avail: usize = (self.send_buf.len() as i64 - i64::from(offset))
             .try_into()
@@ -2774,7 +2835,10 @@ impl Connection {
             // RFC 9293 §3.8.6.1: a probe carries one byte beyond the zero window.
             allowance = 1;
         }
-        let len = avail.min(allowance).min(mss).min(room);
+        let mut len = avail.min(allowance).min(seg_max).min(room);
+        if len > mss && len < avail {
+            len -= len % mss;
+        }
         // The FIN occupies a sequence number, so it needs room in the window too.
         let fin = self.fin_queued
             && len == avail
@@ -3027,7 +3091,12 @@ impl Connection {
             };
             (hl + len, send::combine(sa, a.len(), sb))
         } else {
-            let sum = self.send_buf.sum(data.clone());
+            // The link sums a super-segment's data as it cuts it.
+            let sum = if hl + len > out.cut {
+                0
+            } else {
+                self.send_buf.sum(data.clone())
+            };
             out.pieces = self.send_buf.reference(data);
             debug_assert!(out.pieces.is_some(), "data beyond the space of a copy");
             (hl, sum)
@@ -3044,6 +3113,11 @@ struct Out<'a> {
     /// The most the segment may take, header and data: `buf`'s length unless
     /// the data may be referenced.
     space: usize,
+    /// Where the link cuts a longer segment (see
+    /// [`Connection::poll_transmit_offloaded`]); `space` without offload.
+    cut: usize,
+    /// Hold back a short super-segment (see there).
+    cork: bool,
     /// Where the data lies, if it was referenced.
     pieces: Option<Pieces>,
 }

@@ -1258,7 +1258,7 @@ impl Inner {
     }
 
     /// Notes that connection `id` has something to answer at the end of the pump.
-    fn tcp_mark(&mut self, id: usize) {
+    pub(super) fn tcp_mark(&mut self, id: usize) {
         if let Some(c) = conn_in(&mut self.sockets, id) {
             if !c.dirty {
                 c.dirty = true;
@@ -1323,6 +1323,7 @@ impl Inner {
         // the flag outlived the block, and a sleep's re-check saw work
         // whenever the tx ring had room.
         self.tx_blocked = false;
+        self.tx_corked = false;
         if !self.tcp.dirty.is_empty() {
             let mut dirty = std::mem::take(&mut self.tcp.dirty);
             for &id in &dirty {
@@ -1556,10 +1557,24 @@ impl Inner {
                 self.tcp_mark(id);
                 break;
             }
-            let Some((n, pieces)) =
-                c.conn
-                    .poll_transmit_referenced(now, &mut head[ETH_LEN + IP_LEN..], r.mtu - IP_LEN)
-            else {
+            let one = r.mtu - IP_LEN;
+            // Super-segments only where the link cuts them as the path needs.
+            let (space, cut) = match self.tso {
+                Some(t) if one >= t.cut => (t.space, t.cut),
+                _ => (one, one),
+            };
+            // Short super-segments wait while earlier ones are in the ring.
+            let cork = space > cut && c.conn.references() > 0;
+            let Some((n, pieces)) = c.conn.poll_transmit_offloaded(
+                now,
+                &mut head[ETH_LEN + IP_LEN..],
+                space,
+                cut,
+                cork,
+            ) else {
+                if c.conn.is_corked() {
+                    self.tx_corked = true;
+                }
                 break;
             };
             let (slot, flags) = (c.slot, c.tx_flags());
@@ -1627,8 +1642,8 @@ impl Inner {
         pushed
     }
 
-    /// Writes the Ethernet and IPv4 headers of a TCP segment of `tcp_len`
-    /// bytes along `r` into the front of `frame`.
+    /// Writes the Ethernet and IPv4 headers of a TCP segment (or super-segment)
+    /// of `tcp_len` bytes along `r` into the front of `frame`.
     fn tcp_headers(
         &mut self,
         frame: &mut [u8],
