@@ -7,7 +7,7 @@
 use std::io;
 use std::net::Ipv4Addr;
 
-use exonet_link::{memwire, Direction, FaultInjector, Faults, Link};
+use exonet_link::{memwire, Direction, FaultInjector, Faults, Link, Segmenter};
 use exonet_mux::{Daemon, DaemonConfig, InProcess, Mux, MuxConfig, Running};
 use exonet_stack::{Stack, StackConfig};
 
@@ -79,12 +79,37 @@ pub fn in_process_pair(config: &StackConfig) -> io::Result<(Stack, Stack)> {
 /// As [`in_process_pair`], with `faults` on what each host sends (seeded,
 /// so a run can be repeated).
 pub fn lossy_pair(config: &StackConfig, faults: Faults, seed: u64) -> io::Result<(Stack, Stack)> {
+    pair_over_memwire(config, faults, seed, false)
+}
+
+/// As [`lossy_pair`], each link taking TCP super-segments and cutting them
+/// into frames before the faults ([`Segmenter`]), as a NIC's segmentation
+/// offload does before the wire.
+pub fn offloading_pair(
+    config: &StackConfig,
+    faults: Faults,
+    seed: u64,
+) -> io::Result<(Stack, Stack)> {
+    pair_over_memwire(config, faults, seed, true)
+}
+
+fn pair_over_memwire(
+    config: &StackConfig,
+    faults: Faults,
+    seed: u64,
+    segmentation: bool,
+) -> io::Result<(Stack, Stack)> {
     let (x, y) = memwire::pair()?;
     let host = |link: memwire::MemWire, ip: Ipv4Addr, seed: u64| {
         let link: Box<dyn Link> = if faults == Faults::default() {
             Box::new(link)
         } else {
             Box::new(FaultInjector::new(link, seed).with_faults(Direction::Tx, faults))
+        };
+        let link: Box<dyn Link> = if segmentation {
+            Box::new(Segmenter::new(link))
+        } else {
+            link
         };
         let mux = Mux::new(link, vec![ip], MuxConfig::default());
         Stack::over(Box::new(InProcess::new(mux, vec![(ip, 24)])), config)

@@ -6,7 +6,8 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4};
 use std::thread;
 use std::time::Duration;
 
-use exonet::hosts::{in_process_pair, two_hosts, A, B};
+use exonet::hosts::{in_process_pair, offloading_pair, two_hosts, A, B};
+use exonet_link::Faults;
 use exonet_mux::Running;
 use exonet_stack::tcp::{syn_ack_shape, syn_cookie_accept, syn_cookie_reply, TcpConfig, TcpState};
 use exonet_stack::{Interest, Poll, Stack, StackConfig, TcpListener, TcpStream, Time, Token};
@@ -148,6 +149,38 @@ fn bulk_echo_copying_without_a_send_area() {
 fn bulk_echo_in_process() {
     let (sa, sb) = in_process_pair(&StackConfig::default()).unwrap();
     bulk_echo(&sa, &sb, 4 << 20);
+}
+
+/// Over links with segmentation offload (the stacks' own multiplexers, each on
+/// a memwire behind a [`exonet_link::Segmenter`]): bulk data goes in
+/// super-segments, far fewer frames than segments, every segment the link cut
+/// arriving with valid checksums; and through loss, duplication, reordering
+/// and corruption of the cut segments, every byte arrives.
+#[test]
+fn bulk_echo_with_segmentation_offload() {
+    let (sa, sb) = offloading_pair(&StackConfig::default(), Faults::default(), 0).unwrap();
+    let len = 4 << 20;
+    bulk_echo(&sa, &sb, len);
+    let (a, b) = (sa.stats(), sb.stats());
+    assert_eq!(a.tcp.bad_checksum + b.tcp.bad_checksum, 0, "{a:#?} {b:#?}");
+    let segments = (len / 1448) as u64;
+    assert!(
+        a.tx.frames < segments / 4,
+        "{} frames for {segments} segments",
+        a.tx.frames
+    );
+
+    let faults = Faults {
+        loss_rate: 0.01,
+        duplicate_rate: 0.005,
+        corrupt_rate: 0.002,
+        reorder_rate: 0.01,
+        ..Faults::default()
+    };
+    let (sa, sb) = offloading_pair(&StackConfig::default(), faults, 7).unwrap();
+    bulk_echo(&sa, &sb, 2 << 20);
+    let a = sa.stats();
+    assert!(a.tcp.retransmitted > 0, "{a:#?}");
 }
 
 /// Connections one after another to one server, over daemons: a client's

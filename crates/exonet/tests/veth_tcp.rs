@@ -1,6 +1,6 @@
 //! The TCP tools against real Linux peers over veth (root only; "skipped:
 //! needs root" otherwise), on the rig of tests/veth.rs with Linux's
-//! segmentation offloads off: `curl` from `exonet http-serve`, `exonet
+//! segmentation offloads off, and on: `curl` from `exonet http-serve`, `exonet
 //! http-get` from Python's `http.server`, `nc` both ways with half-close,
 //! 200 MB from Python to `exonet tcp-bulk recv --verify`, and
 //! `tcp-pingpong` against `socat` and from `nc`; curl reconnecting from
@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
 use common::daemons::{exonet, finish, json_u64, logged, server, text};
-use common::netns::{is_root, run, Rig};
+use common::netns::{is_root, run, stat, Rig};
 use common::{noise, until};
 
 /// `program` in Linux's namespace, killed after a minute.
@@ -82,9 +82,11 @@ fn listening(rig: &Rig, addr: &str) {
     });
 }
 
-fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
+fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8, offloads: bool) {
     let mut rig = Rig::new(link, suffix, subnet);
-    rig.no_offloads();
+    if !offloads {
+        rig.no_offloads();
+    }
     let (exo, lin) = (rig.exo_ip.clone(), rig.linux_ip.clone());
     let dir = rig.dir().to_path_buf();
     let www = dir.join("www");
@@ -293,6 +295,13 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8) {
         out.stdout.len()
     );
     assert!(rig.daemon_alive());
+    if offloads {
+        // Super-segments went both ways: Linux's, cut by the link, and
+        // exonet's, cut by the kernel's GSO or taken whole.
+        for name in ["rx_super", "tx_super"] {
+            assert!(stat(&rig.sock, "link", name) > 0, "no {name}");
+        }
+    }
 }
 
 #[test]
@@ -301,7 +310,7 @@ fn tcp_with_linux_peers_over_afpacket() {
         eprintln!("skipped: needs root");
         return;
     }
-    tcp_with_linux_peers("afpacket", "", 61);
+    tcp_with_linux_peers("afpacket", "", 61, false);
 }
 
 #[test]
@@ -310,7 +319,19 @@ fn tcp_with_linux_peers_over_afxdp() {
         eprintln!("skipped: needs root");
         return;
     }
-    tcp_with_linux_peers("afxdp", "", 62);
+    tcp_with_linux_peers("afxdp", "", 62, false);
+}
+
+/// The same with Linux's segmentation offloads on, as a veth has them by
+/// default: Linux sends 64 KB super-segments, which the link cuts, and
+/// exonet sends its own (the link's segmentation offload, frame by frame).
+#[test]
+fn tcp_with_linux_peers_with_offloads_over_afpacket() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tcp_with_linux_peers("afpacket", ":frames", 68, true);
 }
 
 /// Linux connects to a listener whose SYNs the daemon's XDP program answers

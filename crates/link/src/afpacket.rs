@@ -38,7 +38,7 @@ use exonet_wire::ethernet::{ethertype, HEADER_LEN};
 use exonet_wire::tso::{Cutter, TcpSuper};
 
 use crate::sys::{self, Mmap};
-use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN};
+use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN, MAX_SUPER_LEN};
 
 /// `TPACKET_ALIGN`: frame headers and data are aligned to this in the rings.
 const fn tpacket_align(n: usize) -> usize {
@@ -66,9 +66,6 @@ const VNET_LEN: usize = 10;
 const VNET_F_NEEDS_CSUM: u8 = 1;
 const VNET_GSO_TCPV4: u8 = 1;
 const VNET_GSO_ECN: u8 = 0x80;
-/// Longest super-segment sent: an IPv4 packet of the largest total length
-/// behind an Ethernet header with one 802.1Q tag.
-const MAX_SUPER_LEN: usize = MAX_HEADER_LEN + 65535;
 /// Transmit slots with segmentation offload: each slot holds a super-segment
 /// (128 KiB), so fewer than the default 512 (8 MiB of ring).
 const SUPER_TX_FRAMES: usize = 64;
@@ -257,7 +254,12 @@ impl AfPacket {
         // segmentation offload, a super-segment, in blocks of one slot or more).
         let (rx_block, rx_blocks) = (cfg.block_size, cfg.block_count);
         let (rx_block, rx_blocks, rx_frame, rx_frames) = match mode {
-            RxMode::Blocks => (rx_block, rx_blocks, RX_FRAME, rx_block / RX_FRAME * rx_blocks),
+            RxMode::Blocks => (
+                rx_block,
+                rx_blocks,
+                RX_FRAME,
+                rx_block / RX_FRAME * rx_blocks,
+            ),
             RxMode::Frames if vnet => {
                 let slot = (V2_RX_ROOM + VNET_LEN + MAX_SUPER_LEN).next_power_of_two();
                 let block = rx_block.max(slot);
@@ -295,7 +297,12 @@ impl AfPacket {
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &mode.version())?;
         if vnet {
             // Before the rings: their frame layout depends on it.
-            sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &1 as &libc::c_int)?;
+            sys::setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                libc::PACKET_VNET_HDR,
+                &1 as &libc::c_int,
+            )?;
         }
         // Malformed transmit frames are skipped instead of stalling the ring.
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_LOSS, &1 as &libc::c_int)?;
@@ -753,7 +760,11 @@ impl Link for AfPacket {
                     || (len > self.mtu + HEADER_LEN
                         && !ethertype::is_vlan(u16::from_be_bytes([buf[12], buf[13]]))));
             let vnet = if long {
-                match self.vnet.then(|| super_segment(&mut buf[..len], self.mtu)).flatten() {
+                match self
+                    .vnet
+                    .then(|| super_segment(&mut buf[..len], self.mtu))
+                    .flatten()
+                {
                     Some(v) => Some(v),
                     None => {
                         self.stats.tx_dropped += 1;

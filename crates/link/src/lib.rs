@@ -16,8 +16,8 @@
 //!
 //! Wrappers compose over any link, as smoltcp's `phy` wrappers compose over any device:
 //! [`FaultInjector`] (loss, duplication, reordering, corruption, delay),
-//! [`PcapCapture`] (a capture file of both directions) and [`Tracer`] (a callback per
-//! frame). A wrapper sees frames on the side of the chain it sits on: in
+//! [`PcapCapture`] (a capture file of both directions), [`Tracer`] (a callback per
+//! frame) and [`Segmenter`] (TCP segmentation offload in software). A wrapper sees frames on the side of the chain it sits on: in
 //! `PcapCapture<FaultInjector<Tap>>` the capture records what the application sent and
 //! received, before transmit faults and after receive faults.
 //!
@@ -77,6 +77,7 @@ mod clock;
 pub mod fault;
 pub mod memwire;
 pub mod pcap;
+pub mod segment;
 mod sys;
 pub mod tap;
 pub mod tracer;
@@ -84,6 +85,7 @@ pub mod tracer;
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use fault::{FaultInjector, FaultStats, Faults};
 pub use pcap::PcapCapture;
+pub use segment::Segmenter;
 pub use tracer::Tracer;
 
 /// Shortest frame a link accepts for sending: an Ethernet header (no FCS, no padding
@@ -91,6 +93,10 @@ pub use tracer::Tracer;
 pub const MIN_FRAME_LEN: usize = 14;
 /// Longest link-layer header counted on top of the MTU: Ethernet with one 802.1Q tag.
 pub const MAX_HEADER_LEN: usize = 18;
+/// Longest TCP super-segment a link with segmentation offload takes
+/// ([`Link::max_send_len`]): an IPv4 packet of the largest total length behind
+/// the longest link-layer header.
+pub const MAX_SUPER_LEN: usize = MAX_HEADER_LEN + 65535;
 
 /// Which way a frame was going.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -209,8 +209,19 @@ mod tests {
     fn super_frame(payload: &[u8], flags: u8, options: &[TcpOption], vlan: bool) -> Vec<u8> {
         let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
         let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
-        let mut frame =
-            build::tcp_frame(ma, mb, a, b, 4000, 80, flags, 0xffff_f000, 77, options, payload);
+        let mut frame = build::tcp_frame(
+            ma,
+            mb,
+            a,
+            b,
+            4000,
+            80,
+            flags,
+            0xffff_f000,
+            77,
+            options,
+            payload,
+        );
         frame[14 + 4..14 + 6].copy_from_slice(&0xfffeu16.to_be_bytes());
         if vlan {
             frame.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
@@ -233,12 +244,22 @@ mod tests {
             let sum = t.calc_checksum_ipv4(ip.source(), ip.destination()).unwrap();
             assert_eq!(t.checksum(), sum, "TCP checksum");
             let mut fl = 0u8;
-            for (bit, on) in [(0x01, t.fin()), (0x08, t.psh()), (0x10, t.ack()), (0x80, t.cwr())] {
+            for (bit, on) in [
+                (0x01, t.fin()),
+                (0x08, t.psh()),
+                (0x10, t.ack()),
+                (0x80, t.cwr()),
+            ] {
                 if on {
                     fl |= bit;
                 }
             }
-            out.push((t.sequence_number(), fl, ip.identification(), t.payload().to_vec()));
+            out.push((
+                t.sequence_number(),
+                fl,
+                ip.identification(),
+                t.payload().to_vec(),
+            ));
         })
         .expect("a super-frame");
         assert_eq!(n, out.len());
@@ -248,7 +269,12 @@ mod tests {
     #[test]
     fn a_super_frame_becomes_mtu_sized_segments() {
         let payload: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let frame = super_frame(&payload, 0x80 | 0x10 | 0x08 | 0x01, &[TcpOption::NoOp; 4], false);
+        let frame = super_frame(
+            &payload,
+            0x80 | 0x10 | 0x08 | 0x01,
+            &[TcpOption::NoOp; 4],
+            false,
+        );
         let segs = cut(&frame, 1500);
         // 20 + 24 bytes of headers: 1456 bytes of payload per segment.
         assert_eq!(segs.len(), 10_000usize.div_ceil(1456));
@@ -313,7 +339,10 @@ mod tests {
             2,
             &[0; 3000],
         );
-        assert_eq!(segment(&mut udp.clone(), 1500, &mut |_| panic!("lent")), None);
+        assert_eq!(
+            segment(&mut udp.clone(), 1500, &mut |_| panic!("lent")),
+            None
+        );
         // A total length beyond the frame, or a header longer than the MTU.
         let mut long = super_frame(&[1; 3000], 0x10, &[], false);
         long.truncate(2000);

@@ -199,7 +199,9 @@ impl Tso {
     fn of(info: &HostInfo) -> Option<Tso> {
         let (mtu, max_send) = (info.mtu as usize, info.max_send as usize);
         // Both lengths count the link's header with room for an 802.1Q tag.
-        let packet = max_send.checked_sub(ETH_LEN + 4)?.min(usize::from(u16::MAX));
+        let packet = max_send
+            .checked_sub(ETH_LEN + 4)?
+            .min(usize::from(u16::MAX));
         let link_mtu = mtu.checked_sub(ETH_LEN + 4)?;
         (max_send > mtu).then(|| Tso {
             space: packet - IP_LEN,
