@@ -24,7 +24,9 @@ pub struct DaemonArgs {
     /// elsewhere). AF_PACKET
     /// receives in blocks (TPACKET_V3: for throughput, but a lone frame
     /// waits up to 1 ms); `:frames` hands each frame over at once
-    /// (TPACKET_V2: for latency).
+    /// (TPACKET_V2: for latency). Where the interface has TSO on, AF_PACKET
+    /// takes TCP super-segments of up to 64 KB for the kernel to cut, best
+    /// with `:frames` (blocks hold the ACKs back).
     #[arg(long)]
     link: String,
     /// An address of this host with its prefix length (`10.0.0.1/24`);

@@ -49,6 +49,7 @@ fn quick_tcp_suite_reports_every_case_system_and_metric() {
             "exonet-inproc",
             "exonet-inproc-busy",
             "exonet",
+            "exonet-offload",
             "linux-offload",
             "linux-no-offload",
         ] {

@@ -16,16 +16,17 @@
 //! receives its own or the host's transmissions, and bypasses the qdisc layer when the
 //! kernel allows it.
 //!
-//! TCP segmentation offload, both ways, in [`RxMode::Blocks`]. A TCP super-segment
+//! TCP segmentation offload, both ways. A TCP super-segment
 //! that arrives whole (Linux over a veth leaves segmentation to a NIC that is not
 //! there, and GRO merges) is cut here into frames that fit the MTU
 //! ([`exonet_wire::tso::Cutter`]), as that NIC would have sent them. And when the
 //! interface has TSO on (`ethtool -k`), the link takes super-segments to send
 //! ([`Link::max_send_len`]): each goes to the kernel with a `virtio_net_hdr`
 //! (`PACKET_VNET_HDR`) that says where to cut, and is cut by the device or by
-//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`] a receive slot
-//! then holds a super-segment (128 KiB a slot, 128 slots at least); without TSO
-//! a slot holds one frame of the MTU, and super-segments do not fit (dropped).
+//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`], where a slot
+//! holds a frame of the MTU, the kernel also queues a longer frame whole on the
+//! socket (`PACKET_COPY_THRESH`), marks its slot, and the link reads it from
+//! there with `recv`: a system call per super-segment, and slots stay small.
 
 use std::cell::Cell;
 use std::io;
@@ -69,9 +70,13 @@ const VNET_GSO_ECN: u8 = 0x80;
 /// Transmit slots with segmentation offload: each slot holds a super-segment
 /// (128 KiB), so fewer than the default 512 (8 MiB of ring).
 const SUPER_TX_FRAMES: usize = 64;
-/// Receive slots in [`RxMode::Frames`] with segmentation offload, at least: each
-/// holds a super-segment (128 KiB, so 16 MiB of ring).
-const SUPER_RX_SLOTS: usize = 128;
+/// `PACKET_COPY_THRESH` and `TP_STATUS_COPY` (linux/if_packet.h): a frame too
+/// long for its V2 slot is also queued whole on the socket, to be read with
+/// `recv`, and its slot says so.
+const PACKET_COPY_THRESH: libc::c_int = 7;
+const TP_STATUS_COPY: u32 = 1 << 1;
+/// The socket's receive buffer for those whole copies (`SO_RCVBUF`).
+const COPY_RCVBUF: libc::c_int = 4 << 20;
 
 /// How the kernel hands received frames over (see the [module documentation](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,8 +141,7 @@ pub struct Config {
     pub qdisc_bypass: bool,
     /// Take TCP super-segments to send when the interface has TSO on (see the
     /// [module documentation](self)). The transmit ring then has at most 64
-    /// slots, of 128 KiB; in [`RxMode::Frames`] so has the receive ring, at
-    /// least 128.
+    /// slots, of 128 KiB.
     pub segmentation: bool,
 }
 
@@ -188,9 +192,12 @@ struct Frames {
     count: usize,
     /// The next slot the kernel fills.
     head: usize,
-    /// A super-segment in slot `head` being cut, when the last batch had no
-    /// room for all of its segments: where it lies and its length.
-    cutting: Option<(Cutter, usize, usize)>,
+    /// A frame too long for its slot, read whole from the socket
+    /// (`TP_STATUS_COPY`), behind its `virtio_net_hdr` if the socket has them.
+    copy: Vec<u8>,
+    /// A super-segment in `copy`, of this length, being cut, when the last
+    /// batch had no room for all of its segments.
+    cutting: Option<(Cutter, usize)>,
 }
 
 /// An AF_PACKET link bound to one interface (see the [module documentation](self)).
@@ -250,25 +257,14 @@ impl AfPacket {
         let vnet = cfg.segmentation && sys::if_tso(raw, ifname).unwrap_or(false);
 
         // A V3 block holds at least one frame with its header; a V2 slot is one frame
-        // with the room before it, rounded up so that slots fill blocks exactly (with
-        // segmentation offload, a super-segment, in blocks of one slot or more).
+        // with the room before it (and its `virtio_net_hdr`), rounded up so that slots
+        // fill blocks exactly.
         let (rx_block, rx_blocks) = (cfg.block_size, cfg.block_count);
-        let (rx_block, rx_blocks, rx_frame, rx_frames) = match mode {
-            RxMode::Blocks => (
-                rx_block,
-                rx_blocks,
-                RX_FRAME,
-                rx_block / RX_FRAME * rx_blocks,
-            ),
-            RxMode::Frames if vnet => {
-                let slot = (V2_RX_ROOM + VNET_LEN + MAX_SUPER_LEN).next_power_of_two();
-                let block = rx_block.max(slot);
-                let blocks = rx_blocks.max(SUPER_RX_SLOTS * slot / block);
-                (block, blocks, slot, block / slot * blocks)
-            }
+        let (rx_frame, rx_frames) = match mode {
+            RxMode::Blocks => (RX_FRAME, rx_block / RX_FRAME * rx_blocks),
             RxMode::Frames => {
-                let slot = (V2_RX_ROOM + max_frame).next_power_of_two();
-                (rx_block, rx_blocks, slot, rx_block / slot * rx_blocks)
+                let slot = (V2_RX_ROOM + VNET_LEN + max_frame).next_power_of_two();
+                (slot, rx_block / slot * rx_blocks)
             }
         };
         if !cfg.block_size.is_power_of_two()
@@ -312,6 +308,18 @@ impl AfPacket {
             libc::PACKET_IGNORE_OUTGOING,
             &1 as &libc::c_int,
         )?;
+        if mode == RxMode::Frames {
+            // Super-segments do not fit a slot: their whole copies wait on the socket.
+            sys::setsockopt(
+                raw,
+                libc::SOL_PACKET,
+                PACKET_COPY_THRESH,
+                &1 as &libc::c_int,
+            )?;
+            if sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &COPY_RCVBUF).is_err() {
+                let _ = sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &COPY_RCVBUF);
+            }
+        }
         if cfg.qdisc_bypass {
             // Optional: older kernels and some devices refuse it.
             let _ = sys::setsockopt(
@@ -384,6 +392,7 @@ impl AfPacket {
                 size: rx_frame,
                 count: rx_frames,
                 head: 0,
+                copy: vec![0; VNET_LEN + MAX_SUPER_LEN],
                 cutting: None,
             }),
         };
@@ -625,10 +634,15 @@ fn lend(
 
 impl Frames {
     /// Lends up to `max` frames to `f`, from slot `head` on, each slot given back to
-    /// the kernel once its frame has been lent (or dropped); returns how many.
+    /// the kernel once its frame has been lent (or dropped); returns how many. A
+    /// frame too long for its slot is read whole from socket `fd`, behind
+    /// `vnet_len` bytes of `virtio_net_hdr`.
+    #[allow(clippy::too_many_arguments)]
     fn recv(
         &mut self,
         map: &Mmap,
+        fd: RawFd,
+        vnet_len: usize,
         mtu: usize,
         stats: &mut LinkStats,
         f: &mut dyn FnMut(&[u8]),
@@ -637,21 +651,16 @@ impl Frames {
         let hdr_len = size_of::<libc::tpacket2_hdr>();
         let mut n = 0;
         while n < max {
-            let slot = self.head * self.size;
-            let st = status(map, slot + RxMode::Frames.status_off());
-            if let Some((mut c, at, len)) = self.cutting.take() {
-                // SAFETY: the frame lies in slot `head` (checked when the cut
-                // began), which stays ours until released below.
-                let frame = unsafe { frame_mut(map, at, len) };
-                n += cut(&mut c, frame, max - n, stats, f);
+            if let Some((mut c, len)) = self.cutting.take() {
+                n += cut(&mut c, &mut self.copy[..len], max - n, stats, f);
                 if c.remaining() > 0 {
-                    self.cutting = Some((c, at, len));
+                    self.cutting = Some((c, len));
                     break;
                 }
-                st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
-                self.head = (self.head + 1) % self.count;
                 continue;
             }
+            let slot = self.head * self.size;
+            let st = status(map, slot + RxMode::Frames.status_off());
             if st.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 break;
             }
@@ -662,7 +671,15 @@ impl Frames {
             // The kernel wrote the offset and lengths; check them against the slot.
             let start = usize::from(h.tp_mac);
             let len = h.tp_snaplen as usize;
-            if h.tp_snaplen < h.tp_len || start < hdr_len || start + len > self.size {
+            let mut copied = None;
+            if h.tp_status & TP_STATUS_COPY != 0 {
+                // The slot holds the front of a longer frame, which waits whole on
+                // the socket, in the order of the slots.
+                copied = recv_copy(fd, &mut self.copy, vnet_len);
+                if copied.is_none() {
+                    stats.rx_dropped += 1;
+                }
+            } else if h.tp_snaplen < h.tp_len || start < hdr_len || start + len > self.size {
                 stats.rx_dropped += 1;
             } else {
                 // SAFETY: the frame lies within the slot (checked above), which stays
@@ -672,20 +689,55 @@ impl Frames {
                 match lend(frame, h.tp_status, mtu, stats, f) {
                     Lent::Whole => n += 1,
                     Lent::Dropped => {}
-                    Lent::Super(mut c) => {
-                        n += cut(&mut c, frame, max - n, stats, f);
-                        if c.remaining() > 0 {
-                            self.cutting = Some((c, slot + start, len));
-                            break;
-                        }
+                    // Cut from a copy, so that the slot can go back now.
+                    Lent::Super(c) => {
+                        self.copy[..len].copy_from_slice(frame);
+                        self.cutting = Some((c, len));
                     }
                 }
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.head = (self.head + 1) % self.count;
+            if let Some(len) = copied {
+                let frame = &mut self.copy[..len];
+                match lend(frame, h.tp_status, mtu, stats, f) {
+                    Lent::Whole => n += 1,
+                    Lent::Dropped => {}
+                    Lent::Super(c) => self.cutting = Some((c, len)),
+                }
+            }
         }
         n
     }
+}
+
+/// Reads the next frame queued whole on packet socket `fd` into the front of
+/// `buf`, its `vnet_len` bytes of `virtio_net_hdr` (not needed: the frame's
+/// checksums are finished here, and its segments cut) put aside; returns its
+/// length, or `None` if there was none or it did not fit.
+fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<usize> {
+    let mut vnet = [0u8; VNET_LEN];
+    let mut iov = [
+        libc::iovec {
+            iov_base: vnet.as_mut_ptr().cast(),
+            iov_len: vnet_len,
+        },
+        libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        },
+    ];
+    // SAFETY: `msghdr` is plain data for which all zeroes is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the kernel writes at most each iovec's length into its live buffer.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    let total = usize::try_from(r).ok()?;
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return None;
+    }
+    total.checked_sub(vnet_len)
 }
 
 /// The `virtio_net_hdr` that has the kernel cut `frame`, a TCP super-segment
@@ -723,7 +775,11 @@ impl Link for AfPacket {
         }
         Ok(match &mut self.rx {
             RxRing::Blocks(b) => b.recv(&self.map, self.mtu, &mut self.stats, f, max),
-            RxRing::Frames(r) => r.recv(&self.map, self.mtu, &mut self.stats, f, max),
+            RxRing::Frames(r) => {
+                let fd = self.fd.as_raw_fd();
+                let vnet_len = if self.vnet { VNET_LEN } else { 0 };
+                r.recv(&self.map, fd, vnet_len, self.mtu, &mut self.stats, f, max)
+            }
         })
     }
 

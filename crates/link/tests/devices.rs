@@ -312,6 +312,16 @@ fn afpacket_sends_and_cuts_super_segments() {
         assert_eq!(n, payload.len().div_ceil(1448));
         assert!(got == payload, "payload differs");
         assert_eq!((a.stats().tx_super, b.stats().rx_super), (1, 1));
+        // Frame by frame, the kernel queues it whole on the socket, beside
+        // the slots, between frames that fit them.
+        let mut b = afpacket(&b_name, RxMode::Frames);
+        let small = frames(a.mac(), b.mac(), 3);
+        let batch: Vec<&[u8]> = vec![&small[0], &frame, &small[1], &frame, &small[2]];
+        assert_eq!(a.send_batch(&batch).unwrap(), 5);
+        let (n, got) = recv_segments(&mut b, 2 * payload.len(), PATIENCE);
+        assert_eq!(n, 2 * payload.len().div_ceil(1448));
+        assert!(got[..payload.len()] == payload[..] && got[payload.len()..] == payload[..]);
+        assert_eq!(b.stats().rx_super, 2);
 
         // Without TSO the link takes no super-segment, and says so.
         for name in [&a_name, &b_name] {
