@@ -656,14 +656,8 @@ impl Inner {
             }
             if d.is_chain() {
                 if let Some(owner) = self.send_area.complete(d.offset) {
-                    if let Some(id) = owner {
-                        if let Some(c) = self.conn_mut(id) {
-                            c.conn.reference_done();
-                            // What a cork held back goes now.
-                            if c.conn.is_corked() && c.conn.references() == 0 {
-                                self.tcp_mark(id);
-                            }
-                        }
+                    if let Some(c) = owner.and_then(|id| self.conn_mut(id)) {
+                        c.conn.reference_done();
                     }
                     continue;
                 }

@@ -132,6 +132,11 @@ struct Net {
     referenced: [VecDeque<(Time, Vec<u8>, Pieces)>; 2],
     /// How long a referenced segment stays referenced after it was sent.
     reference_hold: Duration,
+    /// The ends send through a link with segmentation offload: super-segments
+    /// of up to 64 KB, cut into segments of 1480 bytes before the wire.
+    tso: bool,
+    /// Super-segments each end sent.
+    supers: [usize; 2],
 }
 
 /// Memory lent to a send buffer, standing for part of a segment at `offset`.
@@ -155,6 +160,20 @@ impl SendMemory for TestMemory {
 /// Where lent memory of end `i` pretends to lie in its segment: odd, so that
 /// offsets are checked, not assumed.
 const LENT_AT: [u32; 2] = [4097, 65_537];
+
+/// A super-segment from end `from` cut as a link would (through
+/// [`exonet_wire::tso`], in a frame made for it) into segments of `cut` bytes.
+fn cut_super(from: usize, seg: &[u8], cut: usize) -> Vec<Vec<u8>> {
+    let ip = exonet_wire::Ipv4Repr::new(*ADDR[from].ip(), *ADDR[1 - from].ip(), 6, seg.len());
+    let mut frame = vec![0u8; 34];
+    frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    ip.emit(&mut frame[14..]).expect("an IPv4 header");
+    frame.extend_from_slice(seg);
+    let mut out = Vec::new();
+    exonet_wire::tso::segment(&mut frame, cut + 20, &mut |f| out.push(f[34..].to_vec()))
+        .expect("a super-segment");
+    out
+}
 
 /// The bytes `pieces` name in `c`'s lent send memory.
 fn read_pieces(c: &Connection, pieces: &Pieces) -> Vec<u8> {
@@ -190,6 +209,8 @@ impl Net {
             lend: [None; 2],
             referenced: [VecDeque::new(), VecDeque::new()],
             reference_hold: Duration::ZERO,
+            tso: false,
+            supers: [0; 2],
         }
     }
 
@@ -260,9 +281,14 @@ impl Net {
             if c.sends_by_reference() {
                 // A header buffer as the sockets use: the inline slot.
                 let now = self.now;
+                let (space, cut) = if self.tso {
+                    (65_515, 1480)
+                } else {
+                    (1600, 1600)
+                };
                 while let Some((n, pieces)) = self.ends[i].as_mut().and_then(|c| {
                     let may = c.may_transmit();
-                    let r = c.poll_transmit_referenced(now, &mut buf[..96], 1600);
+                    let r = c.poll_transmit_offloaded(now, &mut buf[..96], space, cut, false);
                     assert!(may || r.is_none(), "may_transmit said no");
                     r
                 }) {
@@ -273,7 +299,14 @@ impl Net {
                         bytes.extend_from_slice(&data);
                         self.referenced[i].push_back((now + self.reference_hold, data, p));
                     }
-                    self.put(i, bytes);
+                    if bytes.len() > cut {
+                        self.supers[i] += 1;
+                        for seg in cut_super(i, &bytes, cut) {
+                            self.put(i, seg);
+                        }
+                    } else {
+                        self.put(i, bytes);
+                    }
                 }
                 continue;
             }
@@ -681,6 +714,42 @@ fn lent_send_buffer_sends_by_reference() {
             .count();
         assert!(full > 200, "{full} full segments");
     }
+}
+
+/// Through a link with segmentation offload, bulk data leaves in
+/// super-segments of whole segments, cut before the wire, and arrives intact
+/// through loss, duplication and reordering; a peer whose MSS is below the
+/// link's cut gets none (the cut would exceed it).
+#[test]
+fn super_segments_through_a_lossy_network() {
+    let faults = Faults {
+        loss: 0.02,
+        dup: 0.01,
+        reorder: 0.05,
+        delay: ms(5),
+        jitter: ms(1),
+        spacing: Duration::from_micros(12),
+        corrupt: 0.0,
+        queue: 0,
+    };
+    let mut n = Net::client_server(11, faults, fast_config(), fast_config());
+    n.lend = [Some(300_000), Some(300_001)];
+    n.tso = true;
+    let n = transfer_with(n, [2_000_000, 1_000_000], 0);
+    assert!(n.supers[0] > 20 && n.supers[1] > 10, "{:?}", n.supers);
+    assert!(n.conn(0).stats().retransmitted > 0);
+    // Every segment on the wire fits the cut: 1480 − 32 bytes of data.
+    assert!(n.log.iter().all(|s| s.len <= 1448));
+
+    let small = TcpConfig {
+        mss: 1000,
+        ..fast_config()
+    };
+    let mut n = Net::client_server(12, quiet(), fast_config(), small);
+    n.lend = [Some(300_000), None];
+    n.tso = true;
+    let n = transfer_with(n, [500_000, 0], 0);
+    assert_eq!(n.supers[0], 0);
 }
 
 #[test]

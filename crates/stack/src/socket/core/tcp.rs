@@ -1258,7 +1258,7 @@ impl Inner {
     }
 
     /// Notes that connection `id` has something to answer at the end of the pump.
-    pub(super) fn tcp_mark(&mut self, id: usize) {
+    fn tcp_mark(&mut self, id: usize) {
         if let Some(c) = conn_in(&mut self.sockets, id) {
             if !c.dirty {
                 c.dirty = true;
@@ -1573,7 +1573,10 @@ impl Inner {
                 cork,
             ) else {
                 if c.conn.is_corked() {
+                    // Looked at again at the end of every pump, the one that
+                    // takes the completions it waits for among them.
                     self.tx_corked = true;
+                    self.tcp_mark(id);
                 }
                 break;
             };
