@@ -71,6 +71,22 @@ macro_rules! forward_to_inner {
     };
 }
 
+/// The timing of sends, forwarded to `inner`, for wrappers that hold no
+/// frames back.
+macro_rules! forward_kicks_to_inner {
+    () => {
+        fn poll_timeout(&self) -> Option<Duration> {
+            self.inner.poll_timeout()
+        }
+        fn cork(&mut self) {
+            self.inner.cork()
+        }
+        fn uncork(&mut self) -> io::Result<()> {
+            self.inner.uncork()
+        }
+    };
+}
+
 pub mod afpacket;
 pub mod afxdp;
 mod clock;

@@ -106,15 +106,5 @@ impl<L: Link, W: Write + Send, C: Clock + Send> Link for PcapCapture<L, W, C> {
 
     forward_to_inner!();
 
-    fn poll_timeout(&self) -> Option<Duration> {
-        self.inner.poll_timeout()
-    }
-
-    fn cork(&mut self) {
-        self.inner.cork()
-    }
-
-    fn uncork(&mut self) -> io::Result<()> {
-        self.inner.uncork()
-    }
+    forward_kicks_to_inner!();
 }

@@ -133,17 +133,7 @@ impl<L: Link> Link for Segmenter<L> {
         self.inner.prepare_sleep()
     }
 
-    fn poll_timeout(&self) -> Option<Duration> {
-        self.inner.poll_timeout()
-    }
-
-    fn cork(&mut self) {
-        self.inner.cork()
-    }
-
-    fn uncork(&mut self) -> io::Result<()> {
-        self.inner.uncork()
-    }
+    forward_kicks_to_inner!();
 }
 
 #[cfg(test)]

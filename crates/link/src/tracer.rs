@@ -66,17 +66,7 @@ impl<L: Link, F: FnMut(Direction, &[u8]) + Send> Link for Tracer<L, F> {
 
     forward_to_inner!();
 
-    fn poll_timeout(&self) -> Option<Duration> {
-        self.inner.poll_timeout()
-    }
-
-    fn cork(&mut self) {
-        self.inner.cork()
-    }
-
-    fn uncork(&mut self) -> io::Result<()> {
-        self.inner.uncork()
-    }
+    forward_kicks_to_inner!();
 }
 
 /// A one-line description of a frame, as tcpdump would print it:
