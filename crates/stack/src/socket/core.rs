@@ -187,12 +187,12 @@ impl Sock {
 
 /// TCP segmentation offload on the multiplexer's link ([`HostInfo::max_send`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Tso {
+struct Tso {
     /// The longest TCP super-segment (header and data) a frame carries.
-    pub space: usize,
+    space: usize,
     /// The TCP length of each segment the link cuts one into: its MTU less
     /// the IPv4 header.
-    pub cut: usize,
+    cut: usize,
 }
 
 impl Tso {
@@ -236,7 +236,7 @@ pub(crate) struct Inner {
     /// TCP segmentation offload, if the link has it: the largest TCP
     /// super-segment, and the TCP length of the segments the link cuts it
     /// into (its MTU's, whatever `mtu` is).
-    pub(crate) tso: Option<Tso>,
+    tso: Option<Tso>,
     ipv4: Ipv4Rx,
     reasm: Reassembler,
     icmp: Icmp,
