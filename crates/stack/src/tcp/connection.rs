@@ -2388,6 +2388,9 @@ impl Connection {
         } else {
             buf.len()
         };
+        if space > cut {
+            self.send_buf.stop_block_sums();
+        }
         let mut out = Out {
             buf,
             space,

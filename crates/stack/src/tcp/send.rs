@@ -168,6 +168,18 @@ impl SendBuffer {
         Ok(())
     }
 
+    /// Stops taking block sums as bytes are written (lent memory): over a link
+    /// with segmentation offload, which sums the data of super-segments
+    /// itself, they are mostly not read; the segments that need a sum (short
+    /// ones, retransmissions) then read their bytes.
+    pub fn stop_block_sums(&mut self) {
+        if let Store::Lent(r) = &mut self.store {
+            if !r.sums.is_empty() {
+                r.sums = Vec::new();
+            }
+        }
+    }
+
     pub fn is_lent(&self) -> bool {
         matches!(self.store, Store::Lent(_))
     }
