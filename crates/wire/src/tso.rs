@@ -3,8 +3,9 @@
 //! 64 KB in one frame, left to a NIC's TSO that is not there) across it, and
 //! takes them from a packet socket to cut or pass on.
 //!
-//! - [`segment`] cuts a received super-frame into frames that fit the MTU, in
-//!   place, as Linux's GSO (`tcp_gso_segment`) would have on the wire: the
+//! - [`Cutter`] cuts a received super-frame into frames that fit the MTU, in
+//!   place and a few at a time if need be ([`segment`]: all at once), as
+//!   Linux's GSO (`tcp_gso_segment`) would have on the wire: the
 //!   sequence number advances by the segment size, FIN and PSH stay on the
 //!   last segment, CWR on the first, the IPv4 identification counts up, and
 //!   every segment gets its own checksums.
