@@ -312,6 +312,21 @@ fn afpacket_sends_and_cuts_super_segments() {
         assert_eq!(n, payload.len().div_ceil(1448));
         assert!(got == payload, "payload differs");
         assert_eq!((a.stats().tx_super, b.stats().rx_super), (1, 1));
+        // Nothing else goes beyond the MTU: not a long UDP datagram, not a
+        // TCP frame whose IPv4 length disagrees with it.
+        let udp = build::udp_frame(
+            MacAddr(a.mac()),
+            MacAddr(b.mac()),
+            "10.77.0.1".parse().unwrap(),
+            "10.77.0.2".parse().unwrap(),
+            1,
+            2,
+            &[0; 9000],
+        );
+        let mut lying = frame.clone();
+        lying[16..18].copy_from_slice(&1400u16.to_be_bytes());
+        assert_eq!(a.send_batch(&[&udp[..], &lying[..]]).unwrap(), 2);
+        assert_eq!((a.stats().tx_super, a.stats().tx_dropped), (1, 2));
         // Frame by frame, the kernel queues it whole on the socket, beside
         // the slots, between frames that fit them.
         let mut b = afpacket(&b_name, RxMode::Frames);
