@@ -193,7 +193,7 @@ struct Frames {
     /// The next slot the kernel fills.
     head: usize,
     /// A frame too long for its slot, read whole from the socket
-    /// (`TP_STATUS_COPY`), behind its `virtio_net_hdr` if the socket has them.
+    /// (`TP_STATUS_COPY`), without its `virtio_net_hdr`.
     copy: Vec<u8>,
     /// A super-segment in `copy`, of this length, being cut, when the last
     /// batch had no room for all of its segments.
@@ -259,18 +259,17 @@ impl AfPacket {
         // A V3 block holds at least one frame with its header; a V2 slot is one frame
         // with the room before it (and its `virtio_net_hdr`), rounded up so that slots
         // fill blocks exactly.
-        let (rx_block, rx_blocks) = (cfg.block_size, cfg.block_count);
         let (rx_frame, rx_frames) = match mode {
-            RxMode::Blocks => (RX_FRAME, rx_block / RX_FRAME * rx_blocks),
+            RxMode::Blocks => (RX_FRAME, cfg.block_size / RX_FRAME * cfg.block_count),
             RxMode::Frames => {
                 let slot = (V2_RX_ROOM + VNET_LEN + max_frame).next_power_of_two();
-                (slot, rx_block / slot * rx_blocks)
+                (slot, cfg.block_size / slot * cfg.block_count)
             }
         };
         if !cfg.block_size.is_power_of_two()
             || cfg.block_size < page
             || cfg.block_size < mode.tx_data_off() + max_frame
-            || rx_block < rx_frame
+            || cfg.block_size < rx_frame
             || cfg.block_count == 0
             || cfg.tx_frames == 0
         {
@@ -333,8 +332,8 @@ impl AfPacket {
         // V2 takes the leading `tpacket_req` part of the request; the block timeout and
         // the rest only matter to V3.
         let rx_req = libc::tpacket_req3 {
-            tp_block_size: uint(rx_block)?,
-            tp_block_nr: uint(rx_blocks)?,
+            tp_block_size: uint(cfg.block_size)?,
+            tp_block_nr: uint(cfg.block_count)?,
             tp_frame_size: uint(rx_frame)?,
             tp_frame_nr: uint(rx_frames)?,
             tp_retire_blk_tov: cfg.block_timeout_ms,
@@ -353,7 +352,7 @@ impl AfPacket {
         };
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx_req)?;
         // The kernel maps the receive ring first, then the transmit ring.
-        let tx_off = rx_block * rx_blocks;
+        let tx_off = cfg.block_size * cfg.block_count;
         let map = Mmap::shared(raw, tx_off + tx_blocks * tx_block)?;
 
         if cfg.promiscuous {
@@ -381,8 +380,8 @@ impl AfPacket {
 
         let rx = match mode {
             RxMode::Blocks => RxRing::Blocks(Blocks {
-                size: rx_block,
-                count: rx_blocks,
+                size: cfg.block_size,
+                count: cfg.block_count,
                 current: 0,
                 left: 0,
                 next: 0,
@@ -392,7 +391,7 @@ impl AfPacket {
                 size: rx_frame,
                 count: rx_frames,
                 head: 0,
-                copy: vec![0; VNET_LEN + MAX_SUPER_LEN],
+                copy: vec![0; MAX_SUPER_LEN],
                 cutting: None,
             }),
         };
@@ -589,6 +588,14 @@ fn cut(
 /// veth or loopback) left the transport checksum to hardware that is not there.
 const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 
+/// Whether `frame` is longer than a frame of `mtu` can be: its header plus
+/// `mtu`, counting an 802.1Q (or 802.1ad) tag only if it has one.
+fn beyond_mtu(frame: &[u8], mtu: usize) -> bool {
+    frame.len() > mtu + MAX_HEADER_LEN
+        || (frame.len() > mtu + HEADER_LEN
+            && !ethertype::is_vlan(u16::from_be_bytes([frame[12], frame[13]])))
+}
+
 /// What [`lend`] did with a frame.
 enum Lent {
     /// Lent to the callback.
@@ -611,7 +618,7 @@ fn lend(
     f: &mut dyn FnMut(&[u8]),
 ) -> Lent {
     let len = frame.len();
-    if len > mtu + MAX_HEADER_LEN || (len > mtu + HEADER_LEN && frame[12..14] != [0x81, 0x00]) {
+    if beyond_mtu(frame, mtu) {
         return match Cutter::new(frame, mtu) {
             Some(c) => {
                 stats.rx_super += 1;
@@ -808,29 +815,20 @@ impl Link for AfPacket {
             };
             let Some(len) = fill(buf) else { break };
             n += 1;
+            if !sendable(len, cap) {
+                self.stats.tx_dropped += 1;
+                continue;
+            }
             // The kernel accepts frames beyond MTU + header only if VLAN-tagged or
             // super-segments, and would drop others silently (PACKET_LOSS): count
             // them here instead.
-            let long = sendable(len, cap)
-                && (len > self.mtu + MAX_HEADER_LEN
-                    || (len > self.mtu + HEADER_LEN
-                        && !ethertype::is_vlan(u16::from_be_bytes([buf[12], buf[13]]))));
-            let vnet = if long {
-                match self
-                    .vnet
-                    .then(|| super_segment(&mut buf[..len], self.mtu))
-                    .flatten()
-                {
-                    Some(v) => Some(v),
-                    None => {
-                        self.stats.tx_dropped += 1;
-                        continue;
-                    }
-                }
-            } else {
-                self.vnet.then_some([0; VNET_LEN])
+            let long = beyond_mtu(&buf[..len], self.mtu);
+            let vnet = match (long, self.vnet) {
+                (false, vnet) => vnet.then_some([0; VNET_LEN]),
+                (true, true) => super_segment(&mut buf[..len], self.mtu),
+                (true, false) => None,
             };
-            if !sendable(len, cap) {
+            if long && vnet.is_none() {
                 self.stats.tx_dropped += 1;
                 continue;
             }
@@ -846,7 +844,8 @@ impl Link for AfPacket {
                 };
                 self.stats.tx_super += u64::from(long);
             }
-            let len = len + vnet_len;
+            // The kernel reads the `virtio_net_hdr` as part of the frame.
+            let tp_len = (len + vnet_len) as u32;
             let hdr = self.map.as_ptr().wrapping_add(slot);
             // SAFETY: the slot's header is ours while its status is AVAILABLE; raw
             // field writes avoid making a reference to memory the kernel shares.
@@ -854,21 +853,21 @@ impl Link for AfPacket {
                 match self.mode {
                     RxMode::Blocks => {
                         let h = hdr.cast::<libc::tpacket3_hdr>();
-                        (*h).tp_len = len as u32;
-                        (*h).tp_snaplen = len as u32;
+                        (*h).tp_len = tp_len;
+                        (*h).tp_snaplen = tp_len;
                         (*h).tp_next_offset = 0;
                     }
                     RxMode::Frames => {
                         let h = hdr.cast::<libc::tpacket2_hdr>();
-                        (*h).tp_len = len as u32;
-                        (*h).tp_snaplen = len as u32;
+                        (*h).tp_len = tp_len;
+                        (*h).tp_snaplen = tp_len;
                     }
                 }
             }
             st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
             self.tx_head = (self.tx_head + 1) % self.tx_frames;
             self.stats.tx_frames += 1;
-            self.stats.tx_bytes += (len - vnet_len) as u64;
+            self.stats.tx_bytes += len as u64;
             queued = true;
         }
         if queued {

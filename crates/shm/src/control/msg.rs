@@ -20,7 +20,8 @@ use std::net::Ipv4Addr;
 /// Version of the protocol, exchanged in [`Request::Hello`]. 2: requests
 /// without a reply ([`NO_REPLY`]). 3: an application may sleep in
 /// `FUTEX_WAIT` ([`crate::WakeWord::FUTEX`]), which a multiplexer of
-/// version 2 would not wake.
+/// version 2 would not wake. 4: [`Reply::Info`] carries `max_send`, the
+/// longest frame the link takes (TCP segmentation offload).
 pub const CONTROL_VERSION: u32 = 4;
 /// Set in a request's kind byte: the multiplexer sends no reply. Only on
 /// requests whose success is a bare [`Reply::Ok`]

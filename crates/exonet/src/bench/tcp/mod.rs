@@ -394,6 +394,11 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                 runs.0.push(r);
             }
         };
+        // An application on each of a pair of daemons.
+        let on_daemons = |d: &Daemons, ports: &mut Ports| {
+            let serve = [0, 1].map(|i| Some(Serve::Daemon(&d.sockets[i])));
+            measure(Stack::Exonet, netns, exonet_ips, serve, ports, &job)
+        };
         for run in 0..runs {
             {
                 // Daemons for the case's exonet systems, gone before Linux runs
@@ -412,10 +417,7 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                     rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
                     let stack = stack_of(system);
                     let r = if stack == Stack::Exonet {
-                        daemons.get().and_then(|d| {
-                            let serve = [0, 1].map(|i| Serve::Daemon(&d.sockets[i]));
-                            measure(stack, netns, exonet_ips, serve.map(Some), &mut ports, &job)
-                        })
+                        daemons.get().and_then(|d| on_daemons(d, &mut ports))
                     } else {
                         let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
                         measure(stack, netns, exonet_ips, serve, &mut ports, &job)
@@ -434,17 +436,7 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                     netns.map(Some),
                     exonet_ips,
                 )
-                .and_then(|d| {
-                    let serve = [0, 1].map(|i| Serve::Daemon(&d.sockets[i]));
-                    measure(
-                        Stack::Exonet,
-                        netns,
-                        exonet_ips,
-                        serve.map(Some),
-                        &mut ports,
-                        &job,
-                    )
-                });
+                .and_then(|d| on_daemons(&d, &mut ports));
                 record(system, r);
             }
             for &system in systems(case).iter().filter(|s| s.starts_with("linux")) {
