@@ -14,7 +14,7 @@
 //! straight into ring slots and kicks the kernel with one `sendto` per batch. The
 //! socket ignores frames leaving the interface (`PACKET_IGNORE_OUTGOING`), so it never
 //! receives its own or the host's transmissions, and bypasses the qdisc layer when the
-//! kernel allows it.
+//! kernel allows it and the link sends no super-segments.
 //!
 //! TCP segmentation offload, both ways. A TCP super-segment
 //! that arrives whole (Linux over a veth leaves segmentation to a NIC that is not
@@ -23,7 +23,8 @@
 //! interface has TSO on (`ethtool -k`), the link takes super-segments to send
 //! ([`Link::max_send_len`]): each goes to the kernel with a `virtio_net_hdr`
 //! (`PACKET_VNET_HDR`) that says where to cut, and is cut by the device or by
-//! Linux's GSO, or crosses a veth whole. In [`RxMode::Frames`], where a slot
+//! Linux's GSO, or crosses a veth whole; if TSO is turned off meanwhile, Linux
+//! cuts them in software. In [`RxMode::Frames`], where a slot
 //! holds a frame of the MTU, the kernel also queues a longer frame whole on the
 //! socket (`PACKET_COPY_THRESH`), marks its slot, and the link reads it from
 //! there with `recv`: a system call per super-segment, and slots stay small.
@@ -138,6 +139,10 @@ pub struct Config {
     /// Put the interface in promiscuous mode while the socket is open.
     pub promiscuous: bool,
     /// Send straight to the driver, skipping the qdisc layer, if the kernel allows.
+    /// Not with super-segments: the bypass drops any frame the device cannot take
+    /// whole, and the kernel then hands the slot back to be sent again, so a
+    /// super-segment queued after TSO was turned off would block the ring for
+    /// good; through the qdisc layer Linux cuts it in software instead.
     pub qdisc_bypass: bool,
     /// Take TCP super-segments to send when the interface has TSO on (see the
     /// [module documentation](self)). The transmit ring then has at most 64
@@ -319,7 +324,7 @@ impl AfPacket {
                 let _ = sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &COPY_RCVBUF);
             }
         }
-        if cfg.qdisc_bypass {
+        if cfg.qdisc_bypass && !vnet {
             // Optional: older kernels and some devices refuse it.
             let _ = sys::setsockopt(
                 raw,
