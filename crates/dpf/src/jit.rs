@@ -37,7 +37,7 @@ use cranelift_module::Module;
 use crate::canon::{CField, CShift};
 use crate::filter::{Op, Width};
 use crate::phash::{self, PerfectHash, TableDesc};
-use crate::trie::{Accept, Dpf, NodeId, CHAIN_MAX};
+use crate::trie::{Accept, NodeId, Trie, CHAIN_MAX};
 use crate::FilterId;
 
 /// `fn(tables, frames, n, out)`: classifies `frames[..n]` into `out[..n]`.
@@ -244,7 +244,7 @@ enum Branch {
 }
 
 struct Gen<'a, 'b, 'c> {
-    dpf: &'a Dpf,
+    dpf: Trie<'a>,
     b: FunctionBuilder<'b>,
     /// The tables were built by an earlier pass over the same trie; this
     /// pass reads them in the same order.
@@ -289,7 +289,7 @@ enum Shape {
     Batch,
 }
 
-pub(crate) fn compile(dpf: &Dpf) -> Compiled {
+pub(crate) fn compile(dpf: Trie<'_>) -> Compiled {
     let mut flag_builder = settings::builder();
     flag_builder
         .set("opt_level", "speed")
@@ -376,7 +376,7 @@ pub(crate) fn compile(dpf: &Dpf) -> Compiled {
 
 /// Generates one function of the trie into `ctx`.
 fn generate(
-    dpf: &Dpf,
+    dpf: Trie<'_>,
     module: &JITModule,
     ctx: &mut Context,
     fctx: &mut FunctionBuilderContext,

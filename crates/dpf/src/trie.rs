@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::canon::{canonicalize, CAtom, CField, CShift, Canon, Step};
@@ -93,6 +94,36 @@ pub struct Stats {
     pub compiles: u64,
     /// Inserts and deletes that only changed a hash table (no code).
     pub fast_updates: u64,
+    /// Background compilations whose code came back for a trie that had
+    /// changed meanwhile, and was dropped (see [`Dpf::set_lazy`]).
+    pub compiles_outdated: u64,
+    /// Background compilations that failed (a panic in the code
+    /// generator): the interpreter goes on until the next change.
+    pub compiles_failed: u64,
+}
+
+/// The trie's nodes as the code generator reads them: the live trie's, or a
+/// copy compiled on another thread.
+#[derive(Clone, Copy)]
+pub(crate) struct Trie<'a> {
+    nodes: &'a [Node],
+}
+
+impl<'a> Trie<'a> {
+    pub(crate) fn node(&self, n: NodeId) -> &'a Node {
+        &self.nodes[n]
+    }
+
+    pub(crate) fn root(&self) -> NodeId {
+        ROOT
+    }
+}
+
+/// A compilation running on a thread of its own, for the trie as it was at
+/// `version`.
+struct Pending {
+    version: u64,
+    thread: JoinHandle<Compiled>,
 }
 
 /// A DPF demultiplexer: `insert` filters, `demux` frames.
@@ -112,6 +143,11 @@ pub struct Dpf {
     lazy: Option<Duration>,
     /// While the code is stale: when it went stale and the latest change.
     stale: Option<(Instant, Instant)>,
+    /// Counts the changes that needed new code: a compilation's result is
+    /// taken only for the trie it was made from.
+    version: u64,
+    /// The lazy mode's compilation in the background, if one runs.
+    pending: Option<Pending>,
 }
 
 const ROOT: NodeId = 0;
@@ -140,16 +176,22 @@ impl Dpf {
             stats: Stats::default(),
             lazy: None,
             stale: None,
+            version: 0,
+            pending: None,
         };
         d.recompile();
         d
     }
 
     /// Defers compilation after slow updates (see the `lazy` field); `None`
-    /// compiles at once, the default.
+    /// compiles at once, the default. Lazily, the code is compiled on a
+    /// thread of its own while the interpreter classifies: a compilation
+    /// takes about a millisecond, which the caller's loop (a multiplexer
+    /// moving frames) would otherwise stand still for.
     pub fn set_lazy(&mut self, delay: Option<Duration>) {
         self.lazy = delay;
         if delay.is_none() && self.stale.is_some() {
+            self.pending = None;
             self.compile_now();
         }
     }
@@ -159,16 +201,71 @@ impl Dpf {
         self.stale.is_some()
     }
 
-    /// In lazy mode, compiles the trie if changes have paused long enough
-    /// (or gone on too long).
+    /// In lazy mode: takes the code of a finished background compilation
+    /// if the trie is still the one it was made from, and starts one if
+    /// changes have paused long enough (or gone on too long).
     pub fn settle(&mut self, now: Instant) {
-        let (Some(delay), Some((first, last))) = (self.lazy, self.stale) else {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.thread.is_finished())
+        {
+            self.collect();
+        }
+        let (Some(delay), Some((first, last)), None) = (self.lazy, self.stale, &self.pending)
+        else {
             return;
         };
-        if now.saturating_duration_since(last) >= delay
-            || now.saturating_duration_since(first) >= delay * 10
-        {
+        if now.saturating_duration_since(first) >= delay * 10 {
+            // Steady change: code made meanwhile elsewhere would come back
+            // outdated every time, while code made here (the trie stands
+            // still for it) stays right through the changes that only fill
+            // its hash tables.
             self.compile_now();
+        } else if now.saturating_duration_since(last) >= delay {
+            self.compile_in_background();
+        }
+    }
+
+    /// Waits for a background compilation, if one runs, and takes its code
+    /// as [`Dpf::settle`] would.
+    pub fn finish_compile(&mut self) {
+        if self.pending.is_some() {
+            self.collect();
+        }
+    }
+
+    fn compile_in_background(&mut self) {
+        let nodes = self.nodes.clone();
+        let spawned = std::thread::Builder::new()
+            .name("exonet-dpf-jit".into())
+            .spawn(move || jit::compile(Trie { nodes: &nodes }));
+        match spawned {
+            Ok(thread) => {
+                self.pending = Some(Pending {
+                    version: self.version,
+                    thread,
+                })
+            }
+            // No thread to be had: compiled here, as in eager mode.
+            Err(_) => self.compile_now(),
+        }
+    }
+
+    fn collect(&mut self) {
+        let Some(p) = self.pending.take() else { return };
+        match p.thread.join() {
+            Ok(code) if p.version == self.version => {
+                self.stats.compiles += 1;
+                self.compiled = Some(code);
+                self.stale = None;
+            }
+            Ok(_) => self.stats.compiles_outdated += 1,
+            Err(_) => {
+                self.stats.compiles_failed += 1;
+                // Not tried again before the next change.
+                self.stale = None;
+            }
         }
     }
 
@@ -311,10 +408,11 @@ impl Dpf {
             Some(c) => {
                 let _ = writeln!(
                     s,
-                    "native code: {} bytes, {} hash tables, {} compiles, {} fast updates",
+                    "native code: {} bytes, {} hash tables, {} compiles ({} dropped as outdated), {} fast updates",
                     c.code_size(),
                     c.tables(),
                     self.stats.compiles,
+                    self.stats.compiles_outdated,
                     self.stats.fast_updates
                 );
                 let _ = write!(s, "{}", c.notes());
@@ -324,14 +422,6 @@ impl Dpf {
             }
         }
         s
-    }
-
-    pub(crate) fn node(&self, n: NodeId) -> &Node {
-        &self.nodes[n]
-    }
-
-    pub(crate) fn root(&self) -> NodeId {
-        ROOT
     }
 
     fn dump(&self, n: NodeId, depth: usize, s: &mut String) {
@@ -661,6 +751,7 @@ impl Dpf {
     }
 
     fn recompile(&mut self) {
+        self.version += 1;
         if self.lazy.is_some() && self.engine == Engine::Jit {
             let now = Instant::now();
             self.compiled = None;
@@ -675,7 +766,7 @@ impl Dpf {
         self.compiled = match self.engine {
             Engine::Jit => {
                 self.stats.compiles += 1;
-                Some(jit::compile(self))
+                Some(jit::compile(Trie { nodes: &self.nodes }))
             }
             Engine::Interp => None,
         };
@@ -708,9 +799,15 @@ mod tests {
         assert_eq!(d.demux(&f), Some(ids[1]));
         let t = Instant::now();
         d.settle(t);
+        d.finish_compile();
         assert!(d.is_stale(), "changes have not paused yet");
+        assert_eq!(d.code_size(), 0, "nothing compiled yet");
         d.settle(t + Duration::from_millis(6));
+        // The compilation runs on its own thread; classifying goes on.
+        assert_eq!(d.demux(&f), Some(ids[1]));
+        d.finish_compile();
         assert!(!d.is_stale());
+        assert!(d.code_size() > 0);
         assert_eq!(
             d.stats().compiles,
             compiles + 1,
@@ -720,10 +817,50 @@ mod tests {
         // Steady change compiles after ten delays at the latest.
         d.delete(ids[0]).unwrap();
         d.settle(Instant::now() + Duration::from_millis(51));
+        d.finish_compile();
         assert!(!d.is_stale());
         d.set_lazy(None);
         d.delete(ids[2]).unwrap();
         assert!(!d.is_stale(), "eager again");
+    }
+
+    #[test]
+    fn code_for_a_trie_changed_meanwhile_is_dropped() {
+        let mut d = Dpf::new();
+        d.set_lazy(Some(Duration::from_millis(1)));
+        let filter = |port: u16| {
+            format!(
+                "12:16 == 0x800 & 23:8 == 6 & SHIFT(14) & SHIFT((0:8 & 0xf) << 2) & 2:16 == {port}"
+            )
+            .parse()
+            .unwrap()
+        };
+        let frame = |port: u16| {
+            let mut f = vec![0u8; 54];
+            f[12] = 8;
+            f[14] = 0x45;
+            f[23] = 6;
+            f[36..38].copy_from_slice(&port.to_be_bytes());
+            f
+        };
+        let a = d.insert(&filter(80)).unwrap();
+        let compiles = d.stats().compiles;
+        d.settle(Instant::now() + Duration::from_millis(2));
+        // A change while the code for the trie with `a` alone is made.
+        let b = d.insert(&filter(81)).unwrap();
+        d.finish_compile();
+        assert_eq!(d.stats().compiles_outdated, 1);
+        assert_eq!(d.stats().compiles, compiles);
+        assert!(d.is_stale());
+        assert_eq!(d.demux(&frame(81)), Some(b));
+        // The next settle compiles the trie as it is now.
+        d.settle(Instant::now() + Duration::from_millis(2));
+        d.finish_compile();
+        assert!(!d.is_stale());
+        assert_eq!(d.stats().compiles, compiles + 1);
+        assert_eq!(d.demux(&frame(80)), Some(a));
+        assert_eq!(d.demux(&frame(81)), Some(b));
+        assert_eq!(d.demux(&frame(82)), None);
     }
 
     #[test]
