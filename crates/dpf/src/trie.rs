@@ -152,6 +152,19 @@ pub struct Dpf {
 
 const ROOT: NodeId = 0;
 
+/// Puts the calling thread in `SCHED_IDLE`: a background compilation only
+/// speeds classifying up, which the interpreter does meanwhile, and must not
+/// take a CPU from the frames' way. At the multiplexer's priority, the two
+/// daemons' compilations at the start of a connection held both CPUs of a
+/// 2-CPU machine for a millisecond, and its transfer stood still. Where the
+/// scheduler refuses, the thread runs as it is.
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system call on the calling thread (pid 0) with a valid
+    // sched_param read during the call.
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+}
+
 impl Default for Dpf {
     fn default() -> Self {
         Dpf::new()
@@ -239,7 +252,10 @@ impl Dpf {
         let nodes = self.nodes.clone();
         let spawned = std::thread::Builder::new()
             .name("exonet-dpf-jit".into())
-            .spawn(move || jit::compile(Trie { nodes: &nodes }));
+            .spawn(move || {
+                idle_priority();
+                jit::compile(Trie { nodes: &nodes })
+            });
         match spawned {
             Ok(thread) => {
                 self.pending = Some(Pending {
