@@ -776,6 +776,8 @@ impl Daemon {
             app: Doorbell::from_fds(app_rx, app_tx).map_err(|e| seg_err(&e))?,
             mux: Doorbell::from_fds(mux_rx, mux_tx).map_err(|e| seg_err(&e))?,
         };
+        // Accepted: its pages are faulted in off the loop.
+        seg.populate_elsewhere();
         Ok(seg.into_mux(bells))
     }
 

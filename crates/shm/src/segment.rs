@@ -1,9 +1,11 @@
 //! The communication segment: a sealed memfd mapped by both sides.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::{self, NonNull};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, OnceLock};
 
 use crate::desc::{Desc, DescError};
 use crate::event::{Doorbells, Notifier, Sleeper};
@@ -18,7 +20,28 @@ use crate::wake::WakeWord;
 struct Mapping {
     base: NonNull<u8>,
     len: usize,
-    fd: OwnedFd,
+    /// Taken (once) by `drop`.
+    fd: ManuallyDrop<OwnedFd>,
+    /// Multiplexer side ([`Populate::Elsewhere`]): unmapped, and its memfd
+    /// closed, by a thread of its own.
+    elsewhere: bool,
+}
+
+/// How a mapping's pages are faulted in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Populate {
+    /// By `mmap` (`MAP_POPULATE`), before it returns: the application's
+    /// side, in its own time.
+    Now,
+    /// As touched, or by a thread of low priority once the segment is
+    /// accepted ([`Segment::populate_elsewhere`]); and the mapping is
+    /// unmapped and its memfd closed by a thread too. The multiplexer's
+    /// side: a segment of a few megabytes took its loop about a millisecond
+    /// to fault in when it was mapped, and as long again to free when its
+    /// application was gone (the last close frees the pages), and no frame
+    /// moved meanwhile. Nor are the pages of a segment it may yet refuse
+    /// faulted in (a sparse memfd of gigabytes).
+    Elsewhere,
 }
 
 // SAFETY: the mapping is process-wide; the memory in it is only accessed
@@ -28,15 +51,20 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn new(fd: OwnedFd, len: usize) -> io::Result<Mapping> {
+    fn new(fd: OwnedFd, len: usize, populate: Populate) -> io::Result<Mapping> {
+        let flags = match populate {
+            // Pre-faulted, off the fast path.
+            Populate::Now => libc::MAP_SHARED | libc::MAP_POPULATE,
+            Populate::Elsewhere => libc::MAP_SHARED,
+        };
         // SAFETY: a fresh shared mapping chosen by the kernel; it aliases no
-        // Rust object. MAP_POPULATE pre-faults it, off the fast path.
+        // Rust object.
         let p = unsafe {
             libc::mmap(
                 ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                flags,
                 fd.as_raw_fd(),
                 0,
             )
@@ -45,7 +73,30 @@ impl Mapping {
             return Err(io::Error::last_os_error());
         }
         let base = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { base, len, fd })
+        Ok(Mapping {
+            base,
+            len,
+            fd: ManuallyDrop::new(fd),
+            elsewhere: populate == Populate::Elsewhere,
+        })
+    }
+
+    /// Faults the pages in on a thread that holds the mapping meanwhile.
+    /// Without a thread, or on a kernel without `MADV_POPULATE_WRITE`
+    /// (before 5.14), they are faulted in as touched.
+    fn populate_elsewhere(map: &Arc<Mapping>) {
+        let map = Arc::clone(map);
+        let _ = std::thread::Builder::new()
+            .name("exonet-populate".into())
+            .spawn(move || {
+                lowest_priority();
+                // SAFETY: advice over exactly the mapping `map` owns, kept
+                // alive by it for the call; it writes no data (the pages
+                // are shared memory, zero or as the other side left them).
+                let _ = unsafe {
+                    libc::madvise(map.base.as_ptr().cast(), map.len, libc::MADV_POPULATE_WRITE)
+                };
+            });
     }
 
     /// A pointer to byte `offset` of the mapping, typed.
@@ -62,11 +113,70 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping this value owns; everything
-        // pointing into it holds an `Arc` to it, so nothing is left.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
+        // SAFETY: taken once, here; the field is not used after.
+        let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
+        let unmap = Unmap {
+            base: self.base.as_ptr() as usize,
+            len: self.len,
+            _fd: fd,
+        };
+        if self.elsewhere {
+            if let Some(reaper) = reaper() {
+                // Dropped there; if the reaper is gone, dropped here.
+                let _ = reaper.send(unmap);
+            }
         }
+    }
+}
+
+/// A mapping nobody points into any more, and its memfd: dropping it
+/// unmaps the one and closes the other.
+struct Unmap {
+    base: usize,
+    len: usize,
+    _fd: OwnedFd,
+}
+
+impl Drop for Unmap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping of the `Mapping` that made this
+        // value, which is gone; everything that pointed into it held an
+        // `Arc` to that `Mapping`, so nothing is left.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.len);
+        }
+    }
+}
+
+/// The thread that gives [`Populate::Elsewhere`] mappings back, started at
+/// the first; `None` if it could not be.
+fn reaper() -> Option<&'static Sender<Unmap>> {
+    static REAPER: OnceLock<Option<Sender<Unmap>>> = OnceLock::new();
+    REAPER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Unmap>();
+            std::thread::Builder::new()
+                .name("exonet-reaper".into())
+                .spawn(move || {
+                    lowest_priority();
+                    for unmap in rx {
+                        drop(unmap);
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+}
+
+/// Gives the calling thread the lowest priority of its class (nice 19):
+/// work that must get done, but after the frames' way.
+fn lowest_priority() {
+    // SAFETY: plain system calls on the calling thread (its tid as the
+    // PRIO_PROCESS id, as Linux takes it), no pointers.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 
@@ -125,7 +235,7 @@ impl Segment {
                 libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
             ))?;
         }
-        let map = Mapping::new(fd, layout.segment_size() as usize)?;
+        let map = Mapping::new(fd, layout.segment_size() as usize, Populate::Now)?;
         let h = layout.header_fields();
         // SAFETY: the header fits in the first page of the fresh mapping,
         // which is zero (so rings and wake words start out empty). Nobody
@@ -150,7 +260,9 @@ impl Segment {
     /// Maps a segment received from the other side (peer side), trusting
     /// nothing in it: the file must be sealed against shrinking, its size
     /// must be the header's, and the header must describe exactly the
-    /// layout its sizes imply. Any other header is an error.
+    /// layout its sizes imply. Any other header is an error. Its pages are
+    /// faulted in as touched, or by [`Segment::populate_elsewhere`] once it
+    /// is accepted; it is unmapped by a thread of its own.
     pub fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
         // SAFETY: F_GET_SEALS on a descriptor we own; no pointers.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -172,7 +284,7 @@ impl Segment {
                 header: 0,
             });
         }
-        let map = Mapping::new(fd, file_size as usize)?;
+        let map = Mapping::new(fd, file_size as usize, Populate::Elsewhere)?;
         // SAFETY: the header lies in the first page, inside the mapping.
         // Volatile reads, each field once, because the peer may be writing
         // them; the copy is what gets validated and used.
@@ -203,6 +315,13 @@ impl Segment {
 
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Faults the segment's pages in on a thread of low priority, so that
+    /// the caller's loop neither waits for them now nor meets them one by
+    /// one on its fast path later.
+    pub fn populate_elsewhere(&self) {
+        Mapping::populate_elsewhere(&self.map);
     }
 
     /// The application's side: produces free and tx, consumes rx and
