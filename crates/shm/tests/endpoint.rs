@@ -757,7 +757,9 @@ fn an_application_sleep_wakes_on_notices_timeouts_and_hangups() {
             let (wake, rx) = (&app.wake, &mut app.rx);
             let sleeper = s.spawn(move || sleep(wake, &|| rx.has_pending()));
             let flags = app_flags_once_asleep(&file);
-            std::thread::sleep(SLEEP_SLICE * 3);
+            // Halfway through a slice: at a slice's end the sleeper's own
+            // re-check may find the frame first (Ready, not Signaled).
+            std::thread::sleep(SLEEP_SLICE * 5 / 2);
             mux.rx.push_inline(0, b"x").unwrap();
             assert!(mux.upcall.notify_rx(&mux.rx).unwrap());
             (sleeper.join().unwrap(), flags)
