@@ -215,8 +215,9 @@ impl Dpf {
     }
 
     /// In lazy mode: takes the code of a finished background compilation
-    /// if the trie is still the one it was made from, and starts one if
-    /// changes have paused long enough (or gone on too long).
+    /// if the trie is still the one it was made from; starts one if changes
+    /// have paused long enough, and compiles in place if they have gone on
+    /// too long.
     pub fn settle(&mut self, now: Instant) {
         if self
             .pending
@@ -243,9 +244,7 @@ impl Dpf {
     /// Waits for a background compilation, if one runs, and takes its code
     /// as [`Dpf::settle`] would.
     pub fn finish_compile(&mut self) {
-        if self.pending.is_some() {
-            self.collect();
-        }
+        self.collect();
     }
 
     fn compile_in_background(&mut self) {

@@ -23,10 +23,18 @@ fn is_root() -> bool {
 }
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
+    run("ip", args);
+}
+
+/// Runs `program` with `args`, which must succeed.
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
     assert!(
         out.status.success(),
-        "ip {}: {}",
+        "{program} {}: {}",
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -338,13 +346,7 @@ fn afpacket_sends_and_cuts_super_segments() {
         assert!(got[..payload.len()] == payload[..] && got[payload.len()..] == payload[..]);
         assert_eq!(b.stats().rx_super, 2);
 
-        let tso_off = |name: &str| {
-            let out = Command::new("ethtool")
-                .args(["-K", name, "tso", "off"])
-                .output()
-                .expect("run ethtool");
-            assert!(out.status.success(), "ethtool: {out:?}");
-        };
+        let tso_off = |name: &str| run("ethtool", &["-K", name, "tso", "off"]);
         // TSO turned off under an open link: Linux cuts what it still takes,
         // and the frames behind go on (the ring is not stuck on it).
         tso_off(&a_name);

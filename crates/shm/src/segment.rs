@@ -23,7 +23,7 @@ struct Mapping {
     /// Taken (once) by `drop`.
     fd: ManuallyDrop<OwnedFd>,
     /// Multiplexer side ([`Populate::Elsewhere`]): unmapped, and its memfd
-    /// closed, by a thread of its own.
+    /// closed, by the housekeeper thread.
     elsewhere: bool,
 }
 
@@ -35,7 +35,7 @@ enum Populate {
     Now,
     /// As touched, or by a thread of low priority once the segment is
     /// accepted ([`Segment::populate_elsewhere`]); and the mapping is
-    /// unmapped and its memfd closed by a thread too. The multiplexer's
+    /// unmapped and its memfd closed by that thread too. The multiplexer's
     /// side: a segment of a few megabytes took its loop about a millisecond
     /// to fault in when it was mapped, and as long again to free when its
     /// application was gone (the last close frees the pages), and no frame
@@ -81,22 +81,13 @@ impl Mapping {
         })
     }
 
-    /// Faults the pages in on a thread that holds the mapping meanwhile.
-    /// Without a thread, or on a kernel without `MADV_POPULATE_WRITE`
-    /// (before 5.14), they are faulted in as touched.
+    /// Has the housekeeper fault the pages in, holding the mapping meanwhile.
+    /// Without it, or on a kernel without `MADV_POPULATE_WRITE` (before
+    /// 5.14), they are faulted in as touched.
     fn populate_elsewhere(map: &Arc<Mapping>) {
-        let map = Arc::clone(map);
-        let _ = std::thread::Builder::new()
-            .name("exonet-populate".into())
-            .spawn(move || {
-                lowest_priority();
-                // SAFETY: advice over exactly the mapping `map` owns, kept
-                // alive by it for the call; it writes no data (the pages
-                // are shared memory, zero or as the other side left them).
-                let _ = unsafe {
-                    libc::madvise(map.base.as_ptr().cast(), map.len, libc::MADV_POPULATE_WRITE)
-                };
-            });
+        if let Some(h) = housekeeper() {
+            let _ = h.send(Chore::Populate(Arc::clone(map)));
+        }
     }
 
     /// A pointer to byte `offset` of the mapping, typed.
@@ -121,9 +112,9 @@ impl Drop for Mapping {
             _fd: fd,
         };
         if self.elsewhere {
-            if let Some(reaper) = reaper() {
-                // Dropped there; if the reaper is gone, dropped here.
-                let _ = reaper.send(unmap);
+            if let Some(h) = housekeeper() {
+                // Dropped there; if the housekeeper is gone, dropped here.
+                let _ = h.send(Chore::Unmap(unmap));
             }
         }
     }
@@ -148,19 +139,40 @@ impl Drop for Unmap {
     }
 }
 
-/// The thread that gives [`Populate::Elsewhere`] mappings back, started at
-/// the first; `None` if it could not be.
-fn reaper() -> Option<&'static Sender<Unmap>> {
-    static REAPER: OnceLock<Option<Sender<Unmap>>> = OnceLock::new();
-    REAPER
+/// What the housekeeper does for [`Populate::Elsewhere`] mappings.
+enum Chore {
+    /// Faults the mapping's pages in.
+    Populate(Arc<Mapping>),
+    /// Unmaps a mapping and closes its memfd.
+    Unmap(Unmap),
+}
+
+/// The one thread, of low priority, that does the [`Chore`]s, in order,
+/// started at the first; `None` if it could not be.
+fn housekeeper() -> Option<&'static Sender<Chore>> {
+    static HOUSEKEEPER: OnceLock<Option<Sender<Chore>>> = OnceLock::new();
+    HOUSEKEEPER
         .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Unmap>();
+            let (tx, rx) = mpsc::channel::<Chore>();
             std::thread::Builder::new()
-                .name("exonet-reaper".into())
+                .name("exonet-housekeeper".into())
                 .spawn(move || {
                     lowest_priority();
-                    for unmap in rx {
-                        drop(unmap);
+                    for chore in rx {
+                        match chore {
+                            // SAFETY: advice over exactly the mapping `map`
+                            // owns, kept alive by it for the call; it writes
+                            // no data (the pages are shared memory, zero or
+                            // as the other side left them).
+                            Chore::Populate(map) => unsafe {
+                                libc::madvise(
+                                    map.base.as_ptr().cast(),
+                                    map.len,
+                                    libc::MADV_POPULATE_WRITE,
+                                );
+                            },
+                            Chore::Unmap(unmap) => drop(unmap),
+                        }
                     }
                 })
                 .ok()
@@ -262,7 +274,7 @@ impl Segment {
     /// must be the header's, and the header must describe exactly the
     /// layout its sizes imply. Any other header is an error. Its pages are
     /// faulted in as touched, or by [`Segment::populate_elsewhere`] once it
-    /// is accepted; it is unmapped by a thread of its own.
+    /// is accepted; it is unmapped by a thread of low priority.
     pub fn open(fd: OwnedFd) -> Result<Segment, SegmentError> {
         // SAFETY: F_GET_SEALS on a descriptor we own; no pointers.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };

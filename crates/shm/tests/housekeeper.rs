@@ -1,4 +1,5 @@
-//! The multiplexer's side of a segment, given back by a thread of its own.
+//! The multiplexer's side of a segment, faulted in and given back by the
+//! housekeeper thread.
 //! Alone in its binary: it counts the process's descriptors, which tests
 //! running beside it would move.
 #![cfg(not(loom))]
@@ -14,8 +15,8 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// The multiplexer's side of a segment is faulted in and given back by
-/// threads of their own: what the application wrote is there, and once the
+/// The multiplexer's side of a segment is faulted in and given back by a
+/// thread of its own: what the application wrote is there, and once the
 /// mappings are dropped their memfds are closed (no descriptor is left).
 #[test]
 fn opened_segments_are_populated_and_given_back_elsewhere() {
@@ -39,7 +40,7 @@ fn opened_segments_are_populated_and_given_back_elsewhere() {
         drop(file);
         drop(peer);
     }
-    // The reaper closes them in its own time: bounded wait.
+    // The housekeeper closes them in its own time: bounded wait.
     let deadline = Instant::now() + Duration::from_secs(10);
     while open_fds() > before && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
