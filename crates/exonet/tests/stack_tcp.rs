@@ -115,6 +115,45 @@ fn bulk_echo_over_daemons() {
     assert_eq!(endpoint_stat(&h.a, "rx_quiet"), 0);
 }
 
+/// A receiver's window offers no more than its endpoint's receive buffers
+/// hold in full segments: a sender filling it while the application is away
+/// from its stack loses nothing at the multiplexer.
+#[test]
+fn the_window_fits_the_endpoints_receive_buffers() {
+    let h = two_hosts("tcp-rx-bound").unwrap();
+    let sa = stack(&h.a);
+    // 64 frames: 32 receive buffers, a window of 32 full segments (46 KB)
+    // against the 256 KB receive buffer asked for.
+    let config = StackConfig {
+        frames: 64,
+        ..StackConfig::default()
+    };
+    let sb = Stack::open_with(h.b.socket(), &config).unwrap();
+    let l = TcpListener::bind(&sb, (B, 9)).unwrap();
+    let data = pattern(1 << 20, 5);
+    let sender = {
+        let data = data.clone();
+        thread::spawn(move || {
+            let mut c = TcpStream::connect_timeout(&sa, (B, 9), Duration::from_secs(5)).unwrap();
+            c.set_write_timeout(T).unwrap();
+            c.write_all(&data).unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            c.info().unwrap().stats
+        })
+    };
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(T).unwrap();
+    // Away: the sender fills what the window offers.
+    thread::sleep(Duration::from_millis(100));
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    assert!(got == data, "read {} of {} bytes", got.len(), data.len());
+    // A probe may have been sent meanwhile; nothing was lost.
+    let sent = sender.join().unwrap();
+    let lost = endpoint_stat(&h.b, "rx_ring_full") + endpoint_stat(&h.b, "rx_no_buffer");
+    assert_eq!(lost, 0, "{sent:#?}");
+}
+
 #[test]
 fn send_area_slots_go_back_and_are_lent_again() {
     // Two slots, ten connections one after the other: each sends by reference

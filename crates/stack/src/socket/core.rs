@@ -231,6 +231,8 @@ pub(crate) struct Inner {
     send_area: SendArea,
     /// Receive buffers taken off the free ring, to give back.
     to_free: Vec<u32>,
+    /// How many receive buffers the endpoint has: what bounds a TCP window.
+    rx_buffers: usize,
     /// Largest datagram sent whole.
     mtu: usize,
     /// TCP segmentation offload, if the link has it: the largest TCP
@@ -368,6 +370,7 @@ impl Inner {
             tx_pool: tx_bufs.to_vec(),
             send_area,
             to_free: rx_bufs.to_vec(),
+            rx_buffers: rx_bufs.len(),
             mtu,
             tso,
             ipv4: Ipv4Rx::new(&addrs),

@@ -38,7 +38,7 @@ const RTO_AFTER_SYN_LOSS: Duration = Duration::from_secs(3);
 const MAX_OPTIONS_LEN: usize = 40;
 /// Option bytes on every segment once timestamps are agreed: two NOPs and the
 /// option (RFC 7323 Appendix A's layout).
-const TS_OPTION_LEN: usize = 12;
+pub(crate) const TS_OPTION_LEN: usize = 12;
 /// RFC 6675 §2: DupThresh, the duplicate ACKs (or SACKed segments above a hole)
 /// that mean a loss.
 const DUP_THRESH: u32 = 3;

@@ -99,6 +99,7 @@ mod seq;
 mod tests;
 
 pub use cc::Congestion;
+pub(crate) use connection::TS_OPTION_LEN;
 pub use connection::{
     reset_for_closed, Connection, Keepalive, TcpConfig, TcpError, TcpState, TcpStats,
 };
