@@ -23,7 +23,7 @@
 //! channels and ports live as long as its connection: when the socket
 //! closes (exit, crash, `kill -9`), the daemon reclaims all of it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -60,6 +60,12 @@ pub struct DaemonConfig {
     pub max_channels: usize,
     /// Largest segment the daemon maps for one endpoint.
     pub max_segment_bytes: u64,
+    /// Most segment bytes mapped at once for the endpoints of one uid other
+    /// than root's: the daemon faults each accepted segment in, and those
+    /// pages are its own, so without a budget one user's applications could
+    /// make it take `max_connections_per_uid` × `max_endpoints` ×
+    /// `max_segment_bytes`.
+    pub max_segment_bytes_per_uid: u64,
     /// Most connections at once.
     pub max_connections: usize,
     /// Most connections at once from one uid other than root's, so that
@@ -77,6 +83,7 @@ impl DaemonConfig {
             max_endpoints: 64,
             max_channels: 4096,
             max_segment_bytes: 1 << 30,
+            max_segment_bytes_per_uid: 2 << 30,
             max_connections: 1024,
             max_connections_per_uid: 64,
         }
@@ -134,7 +141,8 @@ struct Conn {
     cred: PeerCred,
     /// It said hello: other requests are served.
     hello: bool,
-    endpoints: Vec<EndpointId>,
+    /// Its endpoints, each with the size of its segment.
+    endpoints: BTreeMap<EndpointId, u64>,
     channels: usize,
 }
 
@@ -422,7 +430,7 @@ impl Daemon {
                     sock,
                     cred,
                     hello: false,
-                    endpoints: Vec::new(),
+                    endpoints: BTreeMap::new(),
                     channels: 0,
                 },
             );
@@ -511,7 +519,7 @@ impl Daemon {
     fn close(&mut self, id: u64) {
         // Closing the socket takes it out of the epoll set.
         if let Some(c) = self.conns.remove(&id) {
-            for ep in c.endpoints {
+            for ep in c.endpoints.into_keys() {
                 // Present unless already destroyed, which removed it here.
                 let _ = self.mux.remove_endpoint(ep);
             }
@@ -521,7 +529,7 @@ impl Daemon {
     fn owned(&self, conn: u64, endpoint: u32) -> Result<EndpointId, (ErrorCode, String)> {
         let ep = EndpointId(endpoint);
         match self.conns.get(&conn) {
-            Some(h) if h.endpoints.contains(&ep) => Ok(ep),
+            Some(h) if h.endpoints.contains_key(&ep) => Ok(ep),
             _ => Err((
                 ErrorCode::NoSuchEndpoint,
                 format!("no endpoint {endpoint} on this connection"),
@@ -589,9 +597,9 @@ impl Daemon {
                 if n_endpoints >= self.config.max_endpoints {
                     return Err((ErrorCode::Limit, "too many endpoints".into()));
                 }
-                let ep = self.open_endpoint(fds)?;
+                let (ep, bytes) = self.open_endpoint(fds, self.segment_room(cred.uid))?;
                 let id = self.mux.add_endpoint(ep, cred.uid, cred.uid == 0);
-                self.holdings(conn).endpoints.push(id);
+                self.holdings(conn).endpoints.insert(id, bytes);
                 Ok(Reply::Endpoint { endpoint: id.0 })
             }
             Request::DestroyEndpoint { endpoint } => {
@@ -599,7 +607,7 @@ impl Daemon {
                 let channels = self.mux.channels_of(ep).len();
                 self.mux.remove_endpoint(ep).map_err(refused)?;
                 let h = self.holdings(conn);
-                h.endpoints.retain(|&e| e != ep);
+                h.endpoints.remove(&ep);
                 h.channels = h.channels.saturating_sub(channels);
                 Ok(Reply::Ok)
             }
@@ -748,12 +756,35 @@ impl Daemon {
             .expect("a served connection is live")
     }
 
-    /// Maps a segment sent by an application: the memfd and the two ends
-    /// of both doorbells.
+    /// The largest segment `uid` may have mapped now: the limit per segment,
+    /// and for all but root what is left of the uid's budget.
+    fn segment_room(&self, uid: u32) -> (u64, &'static str) {
+        let one = (self.config.max_segment_bytes, "");
+        if uid == 0 {
+            return one;
+        }
+        let held: u64 = self
+            .conns
+            .values()
+            .filter(|c| c.cred.uid == uid)
+            .flat_map(|c| c.endpoints.values())
+            .sum();
+        let left = self.config.max_segment_bytes_per_uid.saturating_sub(held);
+        if left < one.0 {
+            (left, " left of this user's budget")
+        } else {
+            one
+        }
+    }
+
+    /// Maps a segment sent by an application (the memfd and the two ends of
+    /// both doorbells) if it is at most `room.0` bytes (`room.1` says whose
+    /// limit that is); returns it with its size.
     fn open_endpoint(
         &self,
         fds: Vec<OwnedFd>,
-    ) -> Result<exonet_shm::MuxEndpoint, (ErrorCode, String)> {
+        room: (u64, &str),
+    ) -> Result<(exonet_shm::MuxEndpoint, u64), (ErrorCode, String)> {
         let Ok([memfd, app_rx, app_tx, mux_rx, mux_tx]) = <[OwnedFd; 5]>::try_from(fds) else {
             return Err((
                 ErrorCode::BadSegment,
@@ -762,14 +793,11 @@ impl Daemon {
         };
         let seg_err = |e: &dyn std::fmt::Display| (ErrorCode::BadSegment, e.to_string());
         let seg = Segment::open(memfd).map_err(|e| seg_err(&e))?;
-        if seg.layout().segment_size() > self.config.max_segment_bytes {
+        let bytes = seg.layout().segment_size();
+        if bytes > room.0 {
             return Err((
                 ErrorCode::Limit,
-                format!(
-                    "segment of {} bytes; at most {}",
-                    seg.layout().segment_size(),
-                    self.config.max_segment_bytes
-                ),
+                format!("segment of {bytes} bytes; at most {}{}", room.0, room.1),
             ));
         }
         let bells = Doorbells {
@@ -778,7 +806,7 @@ impl Daemon {
         };
         // Accepted: its pages are faulted in off the loop.
         seg.populate_elsewhere();
-        Ok(seg.into_mux(bells))
+        Ok((seg.into_mux(bells), bytes))
     }
 
     /// Every counter as records: the link, the host, the multiplexer, each
@@ -828,7 +856,7 @@ impl Daemon {
             let pid = self
                 .conns
                 .values()
-                .find(|h| h.endpoints.contains(&e.id))
+                .find(|h| h.endpoints.contains_key(&e.id))
                 .map_or(0, |c| c.cred.pid);
             let mut fields = named(vec![
                 ("uid", e.uid as u64),

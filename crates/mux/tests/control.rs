@@ -612,6 +612,43 @@ fn connections_are_limited_per_user() {
     drop(clients);
 }
 
+/// One user's endpoints share a budget of segment bytes across its
+/// connections, and a destroyed endpoint's bytes come back; root's count
+/// against no budget.
+#[test]
+fn segment_bytes_are_budgeted_per_user() {
+    let size = segment(&small_segment()).layout().segment_size();
+    // Two small segments fit, a third does not.
+    let d = TestDaemon::start_with("segbudget", move |c| {
+        c.max_segment_bytes_per_uid = 2 * size + size / 2;
+    });
+    // SAFETY: geteuid touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut c = d.client();
+    let held: Vec<_> = (0..if root { 3 } else { 0 })
+        .map(|_| endpoint(&mut c))
+        .collect();
+    let path = d.path.clone();
+    let checks = move || -> i32 {
+        let mut a = Client::connect(&path).unwrap();
+        let mut b = Client::connect(&path).unwrap();
+        let (e1, _app1) = a.create_endpoint(&small_segment()).unwrap();
+        let (_e2, _app2) = b.create_endpoint(&small_segment()).unwrap();
+        match b.create_endpoint(&small_segment()).map(|(id, _)| id) {
+            Err(ControlError::Refused { code, message }) => {
+                assert_eq!(code, ErrorCode::Limit);
+                assert!(message.contains("budget"), "{message}");
+            }
+            other => panic!("a third segment was not refused: {other:?}"),
+        }
+        a.destroy_endpoint(e1).unwrap();
+        b.create_endpoint(&small_segment()).unwrap();
+        0
+    };
+    as_nobody(checks);
+    drop(held);
+}
+
 #[test]
 fn handler_installs_over_the_socket_are_checked() {
     let d = TestDaemon::start("ash-install");
