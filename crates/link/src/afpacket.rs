@@ -481,7 +481,7 @@ impl Blocks {
         map: &Mmap,
         mtu: usize,
         stats: &mut LinkStats,
-        f: &mut dyn FnMut(&[u8]),
+        f: &mut dyn FnMut(&[u8], bool),
         max: usize,
     ) -> usize {
         let hdr_len = size_of::<libc::tpacket3_hdr>();
@@ -580,18 +580,23 @@ fn cut(
     frame: &mut [u8],
     max: usize,
     stats: &mut LinkStats,
-    f: &mut dyn FnMut(&[u8]),
+    f: &mut dyn FnMut(&[u8], bool),
 ) -> usize {
     c.cut(frame, max, &mut |seg| {
         stats.rx_frames += 1;
         stats.rx_bytes += seg.len() as u64;
-        f(seg);
+        // Its checksums were computed here, over bytes Linux took in whole
+        // (merged by GRO only once verified, or sent from this host).
+        f(seg, true);
     })
 }
 
 /// `TP_STATUS_CSUMNOTREADY` (linux/if_packet.h): the sender (this host, over a
 /// veth or loopback) left the transport checksum to hardware that is not there.
 const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
+/// `TP_STATUS_CSUM_VALID`: Linux or the device verified the transport checksum
+/// (`skb_csum_unnecessary`).
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 
 /// Whether `frame` is longer than a frame of `mtu` can be: its header plus
 /// `mtu`, counting an 802.1Q (or 802.1ad) tag only if it has one.
@@ -613,14 +618,15 @@ enum Lent {
 
 /// Lends `frame` to `f` and counts it, having first finished a checksum Linux
 /// left undone (`tp_status`), so that every frame handed up carries a valid
-/// one (counted in `rx_csum_completed`). A TCP super-segment is returned
+/// one (counted in `rx_csum_completed`); `f` is told whether it is known good
+/// (finished here, or verified below). A TCP super-segment is returned
 /// instead, to be cut into frames that fit `mtu` (counted in `rx_super`).
 fn lend(
     frame: &mut [u8],
     tp_status: u32,
     mtu: usize,
     stats: &mut LinkStats,
-    f: &mut dyn FnMut(&[u8]),
+    f: &mut dyn FnMut(&[u8], bool),
 ) -> Lent {
     let len = frame.len();
     if beyond_mtu(frame, mtu) {
@@ -635,10 +641,10 @@ fn lend(
             }
         };
     }
-    if tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame) {
-        stats.rx_csum_completed += 1;
-    }
-    f(frame);
+    let completed =
+        tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame);
+    stats.rx_csum_completed += u64::from(completed);
+    f(frame, completed || tp_status & TP_STATUS_CSUM_VALID != 0);
     stats.rx_frames += 1;
     stats.rx_bytes += len as u64;
     Lent::Whole
@@ -657,7 +663,7 @@ impl Frames {
         vnet_len: usize,
         mtu: usize,
         stats: &mut LinkStats,
-        f: &mut dyn FnMut(&[u8]),
+        f: &mut dyn FnMut(&[u8], bool),
         max: usize,
     ) -> usize {
         let hdr_len = size_of::<libc::tpacket2_hdr>();
@@ -779,6 +785,14 @@ fn super_segment(frame: &mut [u8], mtu: usize) -> Option<[u8; VNET_LEN]> {
 
 impl Link for AfPacket {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        self.recv_batch_checked(&mut |frame, _| f(frame), max)
+    }
+
+    fn recv_batch_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], bool),
+        max: usize,
+    ) -> io::Result<usize> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }

@@ -209,6 +209,18 @@ pub trait Link: Send {
     /// Lends up to `max` received frames to `f`, in arrival order; returns how many.
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize>;
 
+    /// [`recv_batch`](Link::recv_batch), telling `f` with each frame whether
+    /// its transport checksum (TCP or UDP) is known good: verified below (by
+    /// Linux or the device), or computed by the link itself. Whoever gets
+    /// the frame then need not verify it again. By default none is.
+    fn recv_batch_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], bool),
+        max: usize,
+    ) -> io::Result<usize> {
+        self.recv_batch(&mut |frame| f(frame, false), max)
+    }
+
     /// Lends transmit buffers to `fill` until it returns `None` or the link is out of
     /// room; returns how many frames were taken (see the trait contract).
     fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize>;
@@ -310,6 +322,13 @@ macro_rules! forward_link {
     () => {
         fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
             (**self).recv_batch(f, max)
+        }
+        fn recv_batch_checked(
+            &mut self,
+            f: &mut dyn FnMut(&[u8], bool),
+            max: usize,
+        ) -> io::Result<usize> {
+            (**self).recv_batch_checked(f, max)
         }
         fn send_with(
             &mut self,

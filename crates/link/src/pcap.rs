@@ -80,13 +80,21 @@ fn record<W: Write>(
 
 impl<L: Link, W: Write + Send, C: Clock + Send> Link for PcapCapture<L, W, C> {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        self.recv_batch_checked(&mut |frame, _| f(frame), max)
+    }
+
+    fn recv_batch_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], bool),
+        max: usize,
+    ) -> io::Result<usize> {
         // One timestamp per batch: the frames arrived together.
         let ts = self.clock.now();
         let (writer, error) = (&mut self.writer, &mut self.error);
-        self.inner.recv_batch(
-            &mut |frame| {
+        self.inner.recv_batch_checked(
+            &mut |frame, ok| {
                 record(writer, error, ts, frame);
-                f(frame);
+                f(frame, ok);
             },
             max,
         )

@@ -43,11 +43,19 @@ impl<L: Link, F: FnMut(Direction, &[u8])> Tracer<L, F> {
 
 impl<L: Link, F: FnMut(Direction, &[u8]) + Send> Link for Tracer<L, F> {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        self.recv_batch_checked(&mut |frame, _| f(frame), max)
+    }
+
+    fn recv_batch_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], bool),
+        max: usize,
+    ) -> io::Result<usize> {
         let trace = &mut self.trace;
-        self.inner.recv_batch(
-            &mut |frame| {
+        self.inner.recv_batch_checked(
+            &mut |frame, ok| {
                 trace(Direction::Rx, frame);
-                f(frame);
+                f(frame, ok);
             },
             max,
         )

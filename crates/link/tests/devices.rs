@@ -270,13 +270,14 @@ fn super_segment(src: [u8; 6], dst: [u8; 6]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The TCP segments from 10.77.0.1 received on `l` within `within`, each
-/// checked to fit the MTU and to carry valid checksums; their payloads joined.
+/// checked to fit the MTU, to carry valid checksums and to be said to (the
+/// link computed them); their payloads joined.
 fn recv_segments(l: &mut AfPacket, want: usize, within: Duration) -> (usize, Vec<u8>) {
     let deadline = Instant::now() + within;
     let (mut n, mut data) = (0, Vec::new());
     while data.len() < want && Instant::now() < deadline {
-        l.recv_batch(
-            &mut |f| {
+        l.recv_batch_checked(
+            &mut |f, checked| {
                 let Ok(ip) = Ipv4Packet::new_checked(&f[14..]) else {
                     return;
                 };
@@ -287,6 +288,7 @@ fn recv_segments(l: &mut AfPacket, want: usize, within: Duration) -> (usize, Vec
                 assert!(ip.verify_checksum());
                 let seg = TcpPacket::new_checked(ip.payload()).unwrap();
                 assert!(seg.verify_checksum(ip.src_addr(), ip.dst_addr()));
+                assert!(checked, "a segment cut here is known good");
                 n += 1;
                 data.extend_from_slice(seg.payload());
             },
@@ -335,6 +337,26 @@ fn afpacket_sends_and_cuts_super_segments() {
         lying[16..18].copy_from_slice(&1400u16.to_be_bytes());
         assert_eq!(a.send_batch(&[&udp[..], &lying[..]]).unwrap(), 2);
         assert_eq!((a.stats().tx_super, a.stats().tx_dropped), (1, 2));
+        // A frame that fits, sent raw (no checksum left to Linux), is never
+        // said to be good: here its checksum fails.
+        let mut bad = frame[..14 + 20 + 32 + 100].to_vec();
+        bad[16..18].copy_from_slice(&(20u16 + 32 + 100).to_be_bytes());
+        bad[24..26].fill(0);
+        let sum = exonet_wire::checksum::checksum(&bad[14..34]);
+        bad[24..26].copy_from_slice(&sum.to_be_bytes());
+        bad[14 + 20 + 16] ^= 0xff;
+        assert_eq!(a.send_batch(&[&bad[..]]).unwrap(), 1);
+        let deadline = Instant::now() + PATIENCE;
+        let mut seen = None;
+        while seen.is_none() && Instant::now() < deadline {
+            b.recv_batch_checked(
+                &mut |f, checked| seen = seen.or((f == &bad[..]).then_some(checked)),
+                8,
+            )
+            .unwrap();
+            wait(&b, libc::POLLIN);
+        }
+        assert_eq!(seen, Some(false), "the raw frame arrives, not vouched for");
         // Frame by frame, the kernel queues it whole on the socket, beside
         // the slots, between frames that fit them.
         let mut b = afpacket(&b_name, RxMode::Frames);

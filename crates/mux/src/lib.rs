@@ -703,6 +703,9 @@ pub struct Mux {
     slot: usize,
     arena: Vec<u8>,
     lens: Vec<usize>,
+    /// Per frame of the arena: its transport checksum is known good (the
+    /// link's word, passed on as [`Desc::CSUM_OK`]).
+    checked: Vec<bool>,
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
     moved: Vec<EndpointId>,
@@ -753,6 +756,7 @@ impl Mux {
             slot,
             arena: vec![0; slot * rx_batch],
             lens: Vec::with_capacity(rx_batch),
+            checked: Vec::with_capacity(rx_batch),
             moved: Vec::new(),
             woken: false,
             untimed_polls: 0,
@@ -1492,10 +1496,11 @@ impl Mux {
         let slot = self.slot;
         let max = self.config.rx_batch;
         self.lens.clear();
-        let (arena, lens) = (&mut self.arena, &mut self.lens);
+        self.checked.clear();
+        let (arena, lens, checked) = (&mut self.arena, &mut self.lens, &mut self.checked);
         let mut truncated = 0;
-        let n = self.link.recv_batch(
-            &mut |f| {
+        let n = self.link.recv_batch_checked(
+            &mut |f, ok| {
                 let i = lens.len();
                 if i >= max {
                     return;
@@ -1504,6 +1509,7 @@ impl Mux {
                 truncated += (k < f.len()) as u64;
                 arena[i * slot..i * slot + k].copy_from_slice(&f[..k]);
                 lens.push(k);
+                checked.push(ok && k == f.len());
             },
             max,
         )?;
@@ -1624,7 +1630,7 @@ impl Mux {
         let mut now = cycles::now();
         let demux_share = now.saturating_sub(t0) / k as u64;
         // By reference: the array of ids is not copied for the loop.
-        for (frame, &id) in views[..k].iter().zip(&ids[..k]) {
+        for (j, (frame, &id)) in views[..k].iter().zip(&ids[..k]).enumerate() {
             let frame = *frame;
             if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
                 self.host.on_arp(frame, clock);
@@ -1664,7 +1670,10 @@ impl Mux {
                 ),
                 c => c,
             };
-            let owner = chan.and_then(|c| to_channel(delivery!(self), c, frame, &waited, clock));
+            // A fragment's checksum is the whole datagram's: never known here.
+            let ok = self.checked[start + j] && kind == FragKind::Whole;
+            let owner =
+                chan.and_then(|c| to_channel(delivery!(self), c, (frame, ok), &waited, clock));
             let t = cycles::now();
             let Some((e, copy)) = owner else {
                 // A filter without a channel: a connection the
@@ -1679,8 +1688,8 @@ impl Mux {
                         // The SYN goes where it would have without the
                         // hold: a listener, or the host's RST.
                         let again = self.dpf.demux(frame).map(|f| f.0);
-                        let taken =
-                            again.and_then(|c| to_channel(delivery!(self), c, frame, &[], clock));
+                        let taken = again
+                            .and_then(|c| to_channel(delivery!(self), c, (frame, ok), &[], clock));
                         if taken.is_none() {
                             self.rx_unmatched += 1;
                             self.host.on_unmatched(frame, clock);
@@ -1856,7 +1865,7 @@ fn route_icmp_error(
 fn to_channel<'e>(
     d: Delivery<'e>,
     chan: u32,
-    frame: &[u8],
+    (frame, checked): (&[u8], bool),
     waited: &[Box<[u8]>],
     now: Instant,
 ) -> Option<(&'e mut Endpoint, u64)> {
@@ -1872,7 +1881,8 @@ fn to_channel<'e>(
     let ch = channels.get_mut(&chan)?;
     let e = endpoints.get_mut(&ch.endpoint)?;
     let mut copy = 0;
-    for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+    let waited = waited.iter().map(|f| (&f[..], false));
+    for (f, ok) in std::iter::once((frame, checked)).chain(waited) {
         ch.stats.rx_frames += 1;
         ch.stats.rx_bytes += f.len() as u64;
         let (seen, quiet) = match &mut ch.conn {
@@ -1900,7 +1910,7 @@ fn to_channel<'e>(
             }
             HandlerVerdict::Deliver => {
                 let t = cycles::now();
-                if !deliver(e, chan, f, free_retries, quiet) {
+                if !deliver(e, chan, f, ok, free_retries, quiet) {
                     ch.stats.rx_dropped += 1;
                 } else if quiet && seen == Received::Fin && !e.fin_owed {
                     e.fin_owed = true;
@@ -1958,7 +1968,14 @@ fn run_handler(
 
 /// Delivers one frame to an endpoint's rx ring, on a `quiet` channel or
 /// not; false if it was dropped (counted in the endpoint's stats).
-fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32, quiet: bool) -> bool {
+fn deliver(
+    e: &mut Endpoint,
+    channel: u32,
+    frame: &[u8],
+    checked: bool,
+    free_retries: u32,
+    quiet: bool,
+) -> bool {
     // The rings move once per batch ([`Endpoint::publish`]): entries are
     // written past the ones already pending, and the indices stay put.
     let ep = &mut e.ep;
@@ -2018,8 +2035,11 @@ fn deliver(e: &mut Endpoint, channel: u32, frame: &[u8], free_retries: u32, quie
             e.stats.free_bad_desc += 1;
             return false;
         }
-        ep.rx
-            .write(slot, Desc::buffer(offset, frame.len() as u32, channel));
+        let mut d = Desc::buffer(offset, frame.len() as u32, channel);
+        if checked {
+            d.flags |= Desc::CSUM_OK;
+        }
+        ep.rx.write(slot, d);
     }
     e.rx_pending += 1;
     if quiet {

@@ -59,8 +59,9 @@
  * 2^32) exceeds `entries` is an error, never followed. Copy each
  * descriptor out of the ring once and validate the copy:
  *  - flags: only EXONET_DESC_INLINE, EXONET_DESC_REJECTED, EXONET_DESC_MORE,
- *    EXONET_DESC_CHAIN and EXONET_DESC_QUIET; EXONET_DESC_MORE only on tx
- *    (EXONET_DESC_QUIET means something there only, on a frame's head);
+ *    EXONET_DESC_CHAIN, EXONET_DESC_QUIET and EXONET_DESC_CSUM_OK;
+ *    EXONET_DESC_MORE only on tx (EXONET_DESC_QUIET means something there
+ *    only, on a frame's head; EXONET_DESC_CSUM_OK on rx only);
  *  - rx/tx, inline: len <= EXONET_INLINE_MAX, bytes in the entry's slot;
  *  - rx/tx, in a buffer: frames_offset <= offset, offset inside the frame
  *    area, (offset - frames_offset) % frame_size + len <= frame_size
@@ -152,6 +153,7 @@
 #define EXONET_DESC_MORE 0x4u     /* tx: the frame continues in the next entry */
 #define EXONET_DESC_CHAIN 0x8u    /* completion: of a chain (EXONET_DESC_MORE) */
 #define EXONET_DESC_QUIET 0x10u   /* tx head: the channel's rx no longer wakes */
+#define EXONET_DESC_CSUM_OK 0x20u /* rx: the TCP/UDP checksum is known good */
 
 /* Most descriptors in one tx frame (a chain). */
 #define EXONET_MAX_PARTS 4u

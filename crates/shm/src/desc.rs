@@ -76,7 +76,7 @@ pub struct Desc {
     /// the multiplexer when the channel was bound.
     pub channel: u32,
     /// [`Desc::INLINE`], [`Desc::REJECTED`], [`Desc::MORE`], [`Desc::CHAIN`],
-    /// [`Desc::QUIET`]; other bits must be zero.
+    /// [`Desc::QUIET`], [`Desc::CSUM_OK`]; other bits must be zero.
     pub flags: u32,
 }
 
@@ -122,9 +122,16 @@ impl Desc {
     /// channel of its connection (now, or when the connection's own channel
     /// is bound), never the listener's. Ignored on rx, free and completion.
     pub const QUIET: u32 = 1 << 4;
+    /// On rx only: the frame's transport checksum (TCP or UDP) is known
+    /// good, so the application need not verify it again: Linux or the
+    /// device verified it (`TP_STATUS_CSUM_VALID`), or the link computed it
+    /// itself (a checksum Linux left partial, a segment cut from a
+    /// super-segment). The IPv4 header's checksum is not covered, and a
+    /// fragment never has it. Ignored on tx, free and completion.
+    pub const CSUM_OK: u32 = 1 << 5;
     /// All flags this version knows; a descriptor with others is invalid.
     pub const KNOWN_FLAGS: u32 =
-        Self::INLINE | Self::REJECTED | Self::MORE | Self::CHAIN | Self::QUIET;
+        Self::INLINE | Self::REJECTED | Self::MORE | Self::CHAIN | Self::QUIET | Self::CSUM_OK;
 
     /// A frame of `len` bytes at `offset` in a buffer, on `channel`.
     pub fn buffer(offset: u32, len: u32, channel: u32) -> Desc {

@@ -127,6 +127,7 @@ fn c_header_layout_matches_rust() {
         ("DESC_MORE", Desc::MORE as u64),
         ("DESC_CHAIN", Desc::CHAIN as u64),
         ("DESC_QUIET", Desc::QUIET as u64),
+        ("DESC_CSUM_OK", Desc::CSUM_OK as u64),
         ("MAX_PARTS", MAX_PARTS as u64),
         ("WAKE_SLEEPING", WakeWord::SLEEPING as u64),
         ("WAKE_UPCALLS_OFF", WakeWord::UPCALLS_OFF as u64),

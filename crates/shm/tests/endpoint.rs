@@ -213,9 +213,10 @@ fn descriptors_are_validated() {
         Err(DescError::InlineTooLong { len: 129 })
     );
     assert_eq!(ok(inline(1, Desc::INLINE | Desc::QUIET)), Ok(()));
+    assert_eq!(ok(inline(1, Desc::INLINE | Desc::CSUM_OK)), Ok(()));
     assert_eq!(
-        ok(inline(1, 0x20)),
-        Err(DescError::UnknownFlags { flags: 0x20 })
+        ok(inline(1, 0x40)),
+        Err(DescError::UnknownFlags { flags: 0x40 })
     );
 
     assert_eq!(l.validate_buffer(Desc::buffer(f + 2048, 7, 0)), Ok(()));

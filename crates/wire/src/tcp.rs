@@ -551,7 +551,13 @@ impl<'a> TcpRepr<'a> {
         if !p.verify_checksum(src, dst) {
             return Err(WireError::BadChecksum);
         }
-        Ok(TcpRepr {
+        Ok(Self::parse_verified(p))
+    }
+
+    /// Reads a checked segment whose checksum is known good already (verified
+    /// below, as a receive offload does), without verifying it again.
+    pub fn parse_verified<T: AsRef<[u8]>>(p: &'a TcpPacket<T>) -> Self {
+        TcpRepr {
             src_port: p.src_port(),
             dst_port: p.dst_port(),
             seq_number: p.seq_number(),
@@ -561,7 +567,7 @@ impl<'a> TcpRepr<'a> {
             urgent_ptr: p.urgent_ptr(),
             options: p.options(),
             payload: p.payload(),
-        })
+        }
     }
 
     /// Header length, options padded.

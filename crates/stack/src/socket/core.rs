@@ -684,7 +684,7 @@ impl Inner {
         while let Ok(Some(d)) = self.rx.pop_frame(&mut inline) {
             if d.is_inline() {
                 let n = (d.len as usize).min(INLINE_MAX);
-                self.input(now, d.channel, &inline[..n], None);
+                self.input(now, d.channel, &inline[..n], None, false);
                 continue;
             }
             let frames: &Frames = frames.get_or_insert_with(|| self.frames.clone());
@@ -692,7 +692,10 @@ impl Inner {
                 continue;
             };
             let kept = match segment_bytes(frames, d.offset, d.len) {
-                Some(frame) => self.input(now, d.channel, frame, Some((buffer, d.offset))),
+                Some(frame) => {
+                    let checked = d.flags & Desc::CSUM_OK != 0;
+                    self.input(now, d.channel, frame, Some((buffer, d.offset)), checked)
+                }
                 None => false,
             };
             if !kept {
@@ -715,8 +718,16 @@ impl Inner {
 
     /// Sorts one received frame into its socket; true if the socket now holds
     /// its segment buffer (`at`: the buffer and the frame's offset, for frames in
-    /// the segment).
-    fn input(&mut self, now: Time, channel: u32, frame: &[u8], at: Option<(u32, u32)>) -> bool {
+    /// the segment; `checked`: the multiplexer says its transport checksum is
+    /// good, [`Desc::CSUM_OK`]).
+    fn input(
+        &mut self,
+        now: Time,
+        channel: u32,
+        frame: &[u8],
+        at: Option<(u32, u32)>,
+        checked: bool,
+    ) -> bool {
         if !self.by_channel.contains_key(&channel) && self.tcp_promotions_ahead() {
             // An accepted connection's own channel: the multiplexer answered
             // the bind before it delivered anything on it.
@@ -753,7 +764,7 @@ impl Inner {
                 }
             }
         };
-        self.deliver(id, &dg, body) && at.is_some()
+        self.deliver(id, &dg, body, checked) && at.is_some()
     }
 
     fn input_reassembled(&mut self, id: usize, last: &Ipv4Datagram, whole: Vec<u8>) {
@@ -772,21 +783,32 @@ impl Inner {
             ..*last
         };
         let data = whole.clone();
-        self.deliver(id, &dg, |_len| Body::Owned {
-            data,
-            start: header_len,
-        });
+        self.deliver(
+            id,
+            &dg,
+            |_len| Body::Owned {
+                data,
+                start: header_len,
+            },
+            false,
+        );
     }
 
     /// Queues a whole datagram on socket `id` (UDP data or an echo reply) or takes
     /// an ICMP error for it; `body` makes the queue entry from the payload length.
     /// True if it was queued.
-    fn deliver(&mut self, id: usize, dg: &Ipv4Datagram, body: impl FnOnce(usize) -> Body) -> bool {
+    fn deliver(
+        &mut self,
+        id: usize,
+        dg: &Ipv4Datagram,
+        body: impl FnOnce(usize) -> Body,
+        checked: bool,
+    ) -> bool {
         let kind = self.sock(id).kind;
         match (dg.protocol, kind) {
-            (protocol::UDP, Kind::Udp) => self.deliver_udp(id, dg, body),
+            (protocol::UDP, Kind::Udp) => self.deliver_udp(id, dg, body, checked),
             (protocol::TCP, Kind::Tcp) => {
-                self.tcp_input(id, dg);
+                self.tcp_input(id, dg, checked);
                 false
             }
             (protocol::ICMP, _) => {
@@ -820,6 +842,7 @@ impl Inner {
         id: usize,
         dg: &Ipv4Datagram,
         body: impl FnOnce(usize) -> Body,
+        checked: bool,
     ) -> bool {
         self.udp_stats.received += 1;
         let p = dg.payload;
@@ -842,8 +865,9 @@ impl Inner {
             self.socket_stats.not_peer += 1;
             return false;
         }
-        // RFC 768: zero means the sender computed no checksum.
-        let check = (p[6..8] != [0, 0]).then(|| {
+        // RFC 768: zero means the sender computed no checksum. One known
+        // good is not verified again in the copy.
+        let check = (p[6..8] != [0, 0] && !checked).then(|| {
             checksum::add(
                 checksum::pseudo_header_sum(dg.src, dg.dst, protocol::UDP, ulen as u16),
                 checksum::sum(&p[..UDP_LEN]),

@@ -67,6 +67,10 @@ pub struct TcpSocketStats {
     pub segments: u64,
     /// Segments whose checksum failed (dropped).
     pub bad_checksum: u64,
+    /// Segments whose checksum the multiplexer said was good already
+    /// ([`Desc::CSUM_OK`]: verified below, or computed by the link), not
+    /// verified again.
+    pub checksums_offloaded: u64,
     /// Segments too short for their header, or not to a unicast address of ours.
     pub malformed: u64,
     /// RSTs sent for segments that found no connection (RFC 9293 §3.10.7.1).
@@ -905,8 +909,9 @@ impl Inner {
         }
     }
 
-    /// A TCP segment arrived on the channel of socket `id`.
-    pub(super) fn tcp_input(&mut self, id: usize, dg: &Ipv4Datagram) {
+    /// A TCP segment arrived on the channel of socket `id`; `checked`: its
+    /// checksum is known good ([`Desc::CSUM_OK`]).
+    pub(super) fn tcp_input(&mut self, id: usize, dg: &Ipv4Datagram, checked: bool) {
         let now = self.clock;
         if dg.dst_kind != DstKind::Unicast {
             // RFC 1122 §4.2.3.10: no connection from a broadcast or multicast.
@@ -917,9 +922,15 @@ impl Inner {
             self.tcp.stats.malformed += 1;
             return;
         };
-        let Ok(repr) = TcpRepr::parse(&p, dg.src, dg.dst) else {
-            self.tcp.stats.bad_checksum += 1;
-            return;
+        let repr = if checked {
+            self.tcp.stats.checksums_offloaded += 1;
+            TcpRepr::parse_verified(&p)
+        } else {
+            let Ok(repr) = TcpRepr::parse(&p, dg.src, dg.dst) else {
+                self.tcp.stats.bad_checksum += 1;
+                return;
+            };
+            repr
         };
         self.tcp.stats.segments += 1;
         let local = SocketAddrV4::new(dg.dst, repr.dst_port);
