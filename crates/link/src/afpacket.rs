@@ -784,9 +784,7 @@ fn super_segment(frame: &mut [u8], mtu: usize) -> Option<[u8; VNET_LEN]> {
 }
 
 impl Link for AfPacket {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
-        self.recv_batch_checked(&mut |frame, _| f(frame), max)
-    }
+    recv_batch_from_checked!();
 
     fn recv_batch_checked(
         &mut self,

@@ -71,6 +71,16 @@ macro_rules! forward_to_inner {
     };
 }
 
+/// `recv_batch` of a link that implements `recv_batch_checked`: the same
+/// frames, without the word on their checksums.
+macro_rules! recv_batch_from_checked {
+    () => {
+        fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+            self.recv_batch_checked(&mut |frame, _| f(frame), max)
+        }
+    };
+}
+
 /// The timing of sends, forwarded to `inner`, for wrappers that hold no
 /// frames back.
 macro_rules! forward_kicks_to_inner {

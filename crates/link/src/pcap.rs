@@ -79,9 +79,7 @@ fn record<W: Write>(
 }
 
 impl<L: Link, W: Write + Send, C: Clock + Send> Link for PcapCapture<L, W, C> {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
-        self.recv_batch_checked(&mut |frame, _| f(frame), max)
-    }
+    recv_batch_from_checked!();
 
     fn recv_batch_checked(
         &mut self,

@@ -42,9 +42,7 @@ impl<L: Link, F: FnMut(Direction, &[u8])> Tracer<L, F> {
 }
 
 impl<L: Link, F: FnMut(Direction, &[u8]) + Send> Link for Tracer<L, F> {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
-        self.recv_batch_checked(&mut |frame, _| f(frame), max)
-    }
+    recv_batch_from_checked!();
 
     fn recv_batch_checked(
         &mut self,
