@@ -13,8 +13,8 @@ use exonet_link::memwire::{self, MemWire};
 use exonet_link::{Link, LinkStats};
 use exonet_mux::{InProcess, Mux, MuxConfig};
 use exonet_shm::{Desc, INLINE_MAX};
-use exonet_stack::{Stack, StackConfig, TcpListener, TcpStream};
-use exonet_wire::build;
+use exonet_stack::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+use exonet_wire::{build, MacAddr};
 
 /// A link whose every frame is said to carry a good transport checksum, as
 /// AF_PACKET says of those Linux verified or left to finish.
@@ -116,4 +116,55 @@ fn a_stack_does_not_verify_again_what_the_link_vouched_for() {
     assert!(tb.checksums_offloaded > 200, "{tb:#?}");
     assert_eq!(tb.bad_checksum, 0);
     assert_eq!(ta.checksums_offloaded, 0, "{ta:#?}");
+}
+
+/// A UDP checksum the link vouched for is not verified again in the copy: a
+/// datagram whose checksum fails is read where the link said it was good,
+/// and dropped (counted) where it said nothing.
+#[test]
+fn a_udp_checksum_the_link_vouched_for_is_not_verified_again() {
+    let (x, wire) = memwire::pair().unwrap();
+    let (y, other) = memwire::pair().unwrap();
+    let host = |link: Box<dyn Link>| {
+        let mux = Mux::new(link, vec![HOST], MuxConfig::default());
+        Stack::over(
+            Box::new(InProcess::new(mux, vec![(HOST, 24)])),
+            &StackConfig::default(),
+        )
+        .unwrap()
+    };
+    let (mx, my) = (MacAddr(x.mac()), MacAddr(y.mac()));
+    let (vouched, plain) = (host(Box::new(Vouching(x))), host(Box::new(y)));
+    for (stack, mac, mut wire, delivered) in
+        [(&vouched, mx, wire, true), (&plain, my, other, false)]
+    {
+        let s = UdpSocket::bind(stack, (HOST, 5000)).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut f = build::udp_frame(PEER_MAC, mac, PEER, HOST, 7777, 5000, &[9u8; 300]);
+        let at = 14 + 20 + 6;
+        f[at] ^= 0x5a;
+        assert_eq!(wire.send_batch(&[&f[..]]).unwrap(), 1);
+        let mut buf = [0u8; 512];
+        let mut got = None;
+        for _ in 0..1000 {
+            match s.recv_from(&mut buf) {
+                Ok((n, _)) => {
+                    got = Some(n);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+            if stack.stats().sockets.bad_checksum > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if delivered {
+            assert_eq!(got, Some(300));
+        } else {
+            assert_eq!(got, None);
+            assert_eq!(stack.stats().sockets.bad_checksum, 1);
+        }
+    }
 }
