@@ -702,10 +702,10 @@ pub struct Mux {
     rx_truncated: u64,
     slot: usize,
     arena: Vec<u8>,
-    lens: Vec<usize>,
-    /// Per frame of the arena: its transport checksum is known good (the
-    /// link's word, passed on as [`Desc::CSUM_OK`]).
-    checked: Vec<bool>,
+    /// Per frame of the arena: its length, and whether its transport
+    /// checksum is known good (the link's word, passed on as
+    /// [`Desc::CSUM_OK`]).
+    lens: Vec<(usize, bool)>,
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
     moved: Vec<EndpointId>,
@@ -756,7 +756,6 @@ impl Mux {
             slot,
             arena: vec![0; slot * rx_batch],
             lens: Vec::with_capacity(rx_batch),
-            checked: Vec::with_capacity(rx_batch),
             moved: Vec::new(),
             woken: false,
             untimed_polls: 0,
@@ -1496,8 +1495,7 @@ impl Mux {
         let slot = self.slot;
         let max = self.config.rx_batch;
         self.lens.clear();
-        self.checked.clear();
-        let (arena, lens, checked) = (&mut self.arena, &mut self.lens, &mut self.checked);
+        let (arena, lens) = (&mut self.arena, &mut self.lens);
         let mut truncated = 0;
         let n = self.link.recv_batch_checked(
             &mut |f, ok| {
@@ -1508,8 +1506,7 @@ impl Mux {
                 let k = f.len().min(slot);
                 truncated += (k < f.len()) as u64;
                 arena[i * slot..i * slot + k].copy_from_slice(&f[..k]);
-                lens.push(k);
-                checked.push(ok && k == f.len());
+                lens.push((k, ok && k == f.len()));
             },
             max,
         )?;
@@ -1622,7 +1619,7 @@ impl Mux {
         let mut views: [&[u8]; N] = [&[]; N];
         for (j, v) in views[..k].iter_mut().enumerate() {
             let i = start + j;
-            *v = &self.arena[i * slot..i * slot + self.lens[i]];
+            *v = &self.arena[i * slot..i * slot + self.lens[i].0];
         }
         let mut ids = [None; N];
         let t0 = cycles::now();
@@ -1671,7 +1668,7 @@ impl Mux {
                 c => c,
             };
             // A fragment's checksum is the whole datagram's: never known here.
-            let ok = self.checked[start + j] && kind == FragKind::Whole;
+            let ok = self.lens[start + j].1 && kind == FragKind::Whole;
             let owner =
                 chan.and_then(|c| to_channel(delivery!(self), c, (frame, ok), &waited, clock));
             let t = cycles::now();
