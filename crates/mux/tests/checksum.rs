@@ -51,6 +51,16 @@ impl Link for Vouching {
     }
 }
 
+/// A stack at `ip` over `link`, its multiplexer in process.
+fn host(link: Box<dyn Link>, ip: Ipv4Addr) -> Stack {
+    let mux = Mux::new(link, vec![ip], MuxConfig::default());
+    Stack::over(
+        Box::new(InProcess::new(mux, vec![(ip, 24)])),
+        &StackConfig::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn the_links_word_is_passed_on_but_not_for_a_fragment() {
     let (x, mut wire) = memwire::pair().unwrap();
@@ -85,14 +95,6 @@ fn the_links_word_is_passed_on_but_not_for_a_fragment() {
 fn a_stack_does_not_verify_again_what_the_link_vouched_for() {
     let (x, y) = memwire::pair().unwrap();
     let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let host = |link: Box<dyn Link>, ip: Ipv4Addr| {
-        let mux = Mux::new(link, vec![ip], MuxConfig::default());
-        Stack::over(
-            Box::new(InProcess::new(mux, vec![(ip, 24)])),
-            &StackConfig::default(),
-        )
-        .unwrap()
-    };
     let (sa, sb) = (host(Box::new(x), a), host(Box::new(Vouching(y)), b));
     let l = TcpListener::bind(&sb, (b, 9)).unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
@@ -125,16 +127,8 @@ fn a_stack_does_not_verify_again_what_the_link_vouched_for() {
 fn a_udp_checksum_the_link_vouched_for_is_not_verified_again() {
     let (x, wire) = memwire::pair().unwrap();
     let (y, other) = memwire::pair().unwrap();
-    let host = |link: Box<dyn Link>| {
-        let mux = Mux::new(link, vec![HOST], MuxConfig::default());
-        Stack::over(
-            Box::new(InProcess::new(mux, vec![(HOST, 24)])),
-            &StackConfig::default(),
-        )
-        .unwrap()
-    };
     let (mx, my) = (MacAddr(x.mac()), MacAddr(y.mac()));
-    let (vouched, plain) = (host(Box::new(Vouching(x))), host(Box::new(y)));
+    let (vouched, plain) = (host(Box::new(Vouching(x)), HOST), host(Box::new(y), HOST));
     for (stack, mac, mut wire, delivered) in
         [(&vouched, mx, wire, true), (&plain, my, other, false)]
     {
