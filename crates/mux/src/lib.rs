@@ -1753,13 +1753,29 @@ impl Mux {
         self.link.cork();
         'rounds: while budget > 0 {
             let mut any = false;
+            // An endpoint alone with frames to send has nobody to take turns
+            // with: its turn may take the whole budget. A round per frame
+            // cost each frame two clock reads and a load and a store of each
+            // ring's index (1 GB through two daemons: 12% of the sending
+            // daemon's own work).
+            let alone = self
+                .endpoints
+                .values_mut()
+                .filter_map(|e| e.tx_ready().then_some(()))
+                .take(2)
+                .count()
+                == 1;
             // A turn adds and removes no endpoint: they are visited in place.
             for (&id, e) in self.endpoints.iter_mut() {
                 if !e.tx_ready() {
                     e.deficit = 0;
                     continue;
                 }
-                e.deficit += quantum * e.weight as u64;
+                e.deficit = if alone {
+                    u64::MAX
+                } else {
+                    e.deficit + quantum * e.weight as u64
+                };
                 let t0 = cycles::now();
                 let turn = tx_turn(
                     id,
@@ -1775,6 +1791,10 @@ impl Mux {
                     &mut clock,
                 );
                 e.stats.tx_cycles += cycles::now().saturating_sub(t0);
+                if alone {
+                    // What was left of the budget is no credit for later.
+                    e.deficit = 0;
+                }
                 sent += turn.sent;
                 // Only progress, or a deficit still short of the next frame,
                 // earns another round: a ring that errs or a completion

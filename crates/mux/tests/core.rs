@@ -201,6 +201,43 @@ fn drr_shares_bandwidth_by_weight() {
     assert_eq!(total, 120);
 }
 
+/// An endpoint alone with frames takes the whole budget in one turn, but
+/// what it did not use is no credit: once another endpoint has frames, the
+/// shares follow the weights again.
+#[test]
+fn an_endpoint_alone_keeps_no_credit() {
+    let (mut mux, mut wire) = mux_with(MuxConfig {
+        tx_budget: 40,
+        ..MuxConfig::default()
+    });
+    let mut ends = Vec::new();
+    for (port, weight) in [(5000u16, 1u32), (6000, 3)] {
+        let (id, app, bufs) = endpoint(&mut mux, 0, false);
+        let (ch, _) = mux.bind_socket(id, spec(port)).unwrap();
+        mux.set_weight(id, weight).unwrap();
+        ends.push((id, app, bufs, ch, udp_from(port, &[0u8; 958])));
+    }
+    let (a, app_a, bufs_a, ch_a, f_a) = &mut ends[0];
+    for &b in bufs_a.iter().take(100) {
+        send(app_a, b, f_a, ch_a.0);
+    }
+    let a = *a;
+    // Alone: the whole budget, in one scan.
+    assert_eq!(mux.poll_tx().unwrap(), 40);
+    assert_eq!(mux.endpoint_stats(a).unwrap().tx_frames, 40);
+    let (b, app_b, bufs_b, ch_b, f_b) = &mut ends[1];
+    for &k in bufs_b.iter().take(60) {
+        send(app_b, k, f_b, ch_b.0);
+    }
+    let b = *b;
+    // Both backlogged for the whole scan: 1 to 3, not A's leftover first.
+    assert_eq!(mux.poll_tx().unwrap(), 40);
+    assert_eq!(drain_wire(&mut wire).len(), 80);
+    let sa = mux.endpoint_stats(a).unwrap().tx_frames - 40;
+    let sb = mux.endpoint_stats(b).unwrap().tx_frames;
+    assert!((8..=12).contains(&sa) && sa + sb == 40, "A {sa}, B {sb}");
+}
+
 #[test]
 fn run_loop_moves_frames_and_sleeps_when_idle() {
     use std::time::{Duration, Instant};
