@@ -106,10 +106,12 @@ impl Ring {
     /// sums it (small writes would otherwise sum the block again each).
     fn update_sums(&mut self, at: usize, end: usize) {
         let bytes = self.mem.bytes();
-        let full = self.sums.len();
-        for k in at / BLOCK..(end / BLOCK).min(full) {
-            let from = k * BLOCK;
-            self.sums[k] = checksum::sum(&bytes[from..from + BLOCK]);
+        let blocks = at / BLOCK..(end / BLOCK).min(self.sums.len());
+        if !blocks.is_empty() {
+            checksum::sum_blocks::<BLOCK>(
+                &bytes[blocks.start * BLOCK..blocks.end * BLOCK],
+                &mut self.sums[blocks],
+            );
         }
     }
 
