@@ -185,6 +185,23 @@ pub struct SynListener {
     pub answers: SynAnswers,
 }
 
+/// Most frames in one slice of [`Link::recv_lent`].
+pub const LENT_AT_ONCE: usize = 64;
+
+/// A frame [`Link::recv_lent`] lends, with its checksum word (see
+/// [`Link::recv_batch_checked`]).
+pub type Lent<'a> = (&'a [u8], bool);
+
+/// Where [`Link::recv_lent`] copies the frames of a link that cannot lend
+/// them in place: kept by the caller from call to call, so that its
+/// buffers are allocated once.
+#[derive(Debug, Default)]
+pub struct LendScratch {
+    bytes: Vec<u8>,
+    /// Per frame: its offset in `bytes`, its length, its checksum word.
+    frames: Vec<(usize, usize, bool)>,
+}
+
 /// A network link that moves batches of Ethernet frames (no preamble, no FCS).
 ///
 /// # Contract
@@ -194,7 +211,8 @@ pub struct SynListener {
 /// - **Receive.** [`recv_batch`](Link::recv_batch) calls `f` once per frame, for at
 ///   most `max` frames, and returns how many. Each frame is lent only for the duration
 ///   of its call (it may live in a ring the kernel or a peer refills afterwards): copy
-///   what must outlive it.
+///   what must outlive it. [`recv_lent`](Link::recv_lent) lends a slice of frames at
+///   once, for the duration of its call.
 /// - **Transmit.** [`send_with`](Link::send_with) lends buffers of exactly
 ///   [`max_frame_len`](Link::max_frame_len) bytes, one at a time, for as long as it has
 ///   room. `fill` writes the next frame at the front of the buffer and returns its
@@ -229,6 +247,44 @@ pub trait Link: Send {
         max: usize,
     ) -> io::Result<usize> {
         self.recv_batch(&mut |frame| f(frame, false), max)
+    }
+
+    /// Lends up to `max` received frames, with their checksum words (as
+    /// [`recv_batch_checked`](Link::recv_batch_checked)), to `f` a slice at a
+    /// time (at most [`LENT_AT_ONCE`] frames each): no buffer of a slice is
+    /// reused before `f` returns, so that a multiplexer classifies and
+    /// delivers a slice where it lies. Returns how many frames were taken
+    /// (lent, or dropped by the link), as `recv_batch` does.
+    ///
+    /// By default the frames are copied into `scratch` as `recv_batch_checked`
+    /// lends them; a link whose frames stay put for the length of a batch
+    /// lends them in place, and the copy is saved.
+    fn recv_lent(
+        &mut self,
+        scratch: &mut LendScratch,
+        max: usize,
+        f: &mut dyn FnMut(&[Lent<'_>]),
+    ) -> io::Result<usize> {
+        let LendScratch { bytes, frames } = scratch;
+        bytes.clear();
+        frames.clear();
+        let taken = self.recv_batch_checked(
+            &mut |frame, ok| {
+                if frames.len() < max {
+                    frames.push((bytes.len(), frame.len(), ok));
+                    bytes.extend_from_slice(frame);
+                }
+            },
+            max,
+        )?;
+        for chunk in frames.chunks(LENT_AT_ONCE) {
+            let mut lent = [(&[][..], false); LENT_AT_ONCE];
+            for (l, &(at, len, ok)) in lent.iter_mut().zip(chunk) {
+                *l = (&bytes[at..at + len], ok);
+            }
+            f(&lent[..chunk.len()]);
+        }
+        Ok(taken)
     }
 
     /// Lends transmit buffers to `fill` until it returns `None` or the link is out of
@@ -339,6 +395,14 @@ macro_rules! forward_link {
             max: usize,
         ) -> io::Result<usize> {
             (**self).recv_batch_checked(f, max)
+        }
+        fn recv_lent(
+            &mut self,
+            scratch: &mut LendScratch,
+            max: usize,
+            f: &mut dyn FnMut(&[Lent<'_>]),
+        ) -> io::Result<usize> {
+            (**self).recv_lent(scratch, max, f)
         }
         fn send_with(
             &mut self,

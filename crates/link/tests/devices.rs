@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use exonet_link::afpacket::{self, AfPacket, RxMode};
 use exonet_link::afxdp::{self, AfXdp, XdpMode};
 use exonet_link::tap::Tap;
-use exonet_link::Link;
+use exonet_link::{LendScratch, Link, LENT_AT_ONCE};
 use exonet_wire::ethernet::ethertype;
 use exonet_wire::tcp::{self, TcpOption};
 use exonet_wire::{arp, build, ArpPacket, ArpRepr, EthernetFrame, Ipv4Packet, MacAddr, TcpPacket};
@@ -568,6 +568,32 @@ fn afxdp_over_veth(mode: XdpMode, tag: &str) {
             send_all(&mut c, chunk);
             assert_frames(&recv_test_frames(&mut d, chunk.len(), PATIENCE), chunk);
         }
+        // Lent in place, a slice at a time: every frame of a slice intact
+        // for the whole call.
+        let burst = frames(c.mac(), d.mac(), 100);
+        for chunk in burst.chunks(50) {
+            send_all(&mut c, chunk);
+        }
+        let (mut got, mut widest) = (Vec::<Vec<u8>>::new(), 0);
+        let mut scratch = LendScratch::default();
+        let deadline = Instant::now() + PATIENCE;
+        while got.len() < burst.len() && Instant::now() < deadline {
+            d.recv_lent(&mut scratch, 100, &mut |slice| {
+                widest = widest.max(slice.len());
+                let ours: Vec<&[u8]> = slice
+                    .iter()
+                    .map(|&(f, _)| f)
+                    .filter(|f| is_test_frame(f))
+                    .collect();
+                for (k, f) in ours.iter().enumerate() {
+                    assert_eq!(*f, &burst[got.len() + k][..]);
+                }
+                got.extend(ours.iter().map(|f| f.to_vec()));
+            })
+            .unwrap();
+        }
+        assert_frames(&got, &burst);
+        assert_eq!(widest, LENT_AT_ONCE);
         let outbound = frames(d.mac(), c.mac(), 1000);
         for chunk in outbound.chunks(50) {
             let mut next = chunk.iter();
@@ -595,7 +621,7 @@ fn afxdp_over_veth(mode: XdpMode, tag: &str) {
         d.uncork().unwrap();
         assert_frames(&recv_test_frames(&mut c, corked.len(), PATIENCE), &corked);
         let st = d.stats();
-        assert_eq!((st.tx_frames, st.rx_frames, st.rx_dropped), (1020, 1000, 0));
+        assert_eq!((st.tx_frames, st.rx_frames, st.rx_dropped), (1020, 1100, 0));
     });
     // Detached with the link: the interface takes a new program.
     drop(ns);

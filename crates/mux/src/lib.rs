@@ -69,7 +69,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
-use exonet_link::Link;
+use exonet_link::{LendScratch, Lent, Link};
 use exonet_shm::{
     Consumer, Desc, DescError, Frames, IdMap, Layout, MuxEndpoint, INLINE_MAX, MAX_PARTS,
 };
@@ -647,8 +647,7 @@ struct Channel {
 }
 
 /// What delivering to a channel takes of the multiplexer, borrowed field by
-/// field ([`delivery!`]): the frame being delivered borrows its receive
-/// arena.
+/// field ([`Receiving::delivery`]).
 struct Delivery<'m> {
     channels: &'m mut IdMap<Channel>,
     followed: &'m mut Followed,
@@ -659,17 +658,44 @@ struct Delivery<'m> {
     quiet_fins: &'m mut VecDeque<(Instant, EndpointId)>,
 }
 
-/// The [`Delivery`] of a `Mux`.
-macro_rules! delivery {
+/// What receiving a batch takes of the multiplexer, borrowed field by field
+/// ([`receiving!`]): all but the link, which lends the batch meanwhile
+/// ([`Link::recv_lent`]).
+struct Receiving<'m> {
+    dpf: &'m mut Dpf,
+    host: &'m mut Host,
+    frag: &'m mut FragPool,
+    ports: &'m mut Ports,
+    time_wait: &'m mut TimeWaits,
+    channels: &'m mut IdMap<Channel>,
+    followed: &'m mut Followed,
+    endpoints: &'m mut BTreeMap<EndpointId, Endpoint>,
+    handler_tx: &'m mut HandlerTx,
+    quiet_fins: &'m mut VecDeque<(Instant, EndpointId)>,
+    config: &'m MuxConfig,
+    rx_unmatched: &'m mut u64,
+    rx_truncated: &'m mut u64,
+    slot: usize,
+}
+
+/// The [`Receiving`] of a `Mux`.
+macro_rules! receiving {
     ($mux:ident) => {
-        Delivery {
+        Receiving {
+            dpf: &mut $mux.dpf,
+            host: &mut $mux.host,
+            frag: &mut $mux.frag,
+            ports: &mut $mux.ports,
+            time_wait: &mut $mux.time_wait,
             channels: &mut $mux.channels,
             followed: &mut $mux.followed,
             endpoints: &mut $mux.endpoints,
-            hx: &mut $mux.handler_tx,
-            limits: &$mux.config.handlers,
-            free_retries: $mux.config.free_retries,
+            handler_tx: &mut $mux.handler_tx,
             quiet_fins: &mut $mux.quiet_fins,
+            config: &$mux.config,
+            rx_unmatched: &mut $mux.rx_unmatched,
+            rx_truncated: &mut $mux.rx_truncated,
+            slot: $mux.slot,
         }
     };
 }
@@ -700,12 +726,11 @@ pub struct Mux {
     quiet_fins: VecDeque<(Instant, EndpointId)>,
     rx_unmatched: u64,
     rx_truncated: u64,
+    /// The longest frame taken whole (the link's): a longer one is cut to
+    /// it and counted in `rx_truncated`.
     slot: usize,
-    arena: Vec<u8>,
-    /// Per frame of the arena: its length, and whether its transport
-    /// checksum is known good (the link's word, passed on as
-    /// [`Desc::CSUM_OK`]).
-    lens: Vec<(usize, bool)>,
+    /// Where a link that cannot lend its frames in place copies them.
+    lend: LendScratch,
     /// Endpoints whose tx ring moved in this transmit scan, told once the
     /// link was kicked.
     moved: Vec<EndpointId>,
@@ -754,8 +779,7 @@ impl Mux {
             rx_unmatched: 0,
             rx_truncated: 0,
             slot,
-            arena: vec![0; slot * rx_batch],
-            lens: Vec::with_capacity(rx_batch),
+            lend: LendScratch::default(),
             moved: Vec::new(),
             woken: false,
             untimed_polls: 0,
@@ -880,11 +904,6 @@ impl Mux {
         }
     }
 
-    /// 2×MSL.
-    fn time_wait_span(&self) -> Duration {
-        self.config.msl.min(frag::MAX_TIMEOUT) * 2
-    }
-
     /// Channel `ch`, taken out of the table as `c`, goes: what it was
     /// followed for, its fragments, its filter, and its connection, which
     /// is reset or held in TIME-WAIT.
@@ -919,7 +938,7 @@ impl Mux {
         now: Instant,
         filter: Option<FilterId>,
     ) -> bool {
-        match conn.fate(now, self.time_wait_span()) {
+        match conn.fate(now, time_wait_span(&self.config)) {
             Fate::Done => {}
             Fate::Reset { seq, to } => {
                 // RFC 9293 §3.10.5 ABORT: <SEQ=SND.NXT><CTL=RST>; SND.MAX is
@@ -980,9 +999,8 @@ impl Mux {
     }
 
     /// Frees what a held connection took: its filter and its port.
-    fn release_time_wait(&mut self, (filter, t): (u32, Tuple)) {
-        let _ = self.dpf.delete(FilterId(filter));
-        self.ports.unhold(Proto::Tcp, t.local.1);
+    fn release_time_wait(&mut self, old: (u32, Tuple)) {
+        receiving!(self).release_time_wait(old);
     }
 
     /// Holds the TIME-WAIT of the followed connections that finished: the
@@ -1016,14 +1034,6 @@ impl Mux {
                 e.stats.rx_fin_wakes += 1;
                 self.woken = true;
             }
-        }
-    }
-
-    /// Ends the holds whose 2×MSL ran out by `now`.
-    fn expire_time_wait(&mut self, now: Instant) {
-        while let Some(old) = self.time_wait.pop_expired(now) {
-            self.release_time_wait(old);
-            self.host.stats.time_wait_expired += 1;
         }
     }
 
@@ -1492,26 +1502,25 @@ impl Mux {
     }
 
     fn receive(&mut self, clock: Option<Instant>) -> io::Result<usize> {
-        let slot = self.slot;
         let max = self.config.rx_batch;
-        self.lens.clear();
-        let (arena, lens) = (&mut self.arena, &mut self.lens);
-        let mut truncated = 0;
-        let n = self.link.recv_batch_checked(
-            &mut |f, ok| {
-                let i = lens.len();
-                if i >= max {
-                    return;
-                }
-                let k = f.len().min(slot);
-                truncated += (k < f.len()) as u64;
-                arena[i * slot..i * slot + k].copy_from_slice(&f[..k]);
-                lens.push((k, ok && k == f.len()));
-            },
-            max,
-        )?;
-        self.rx_truncated += truncated;
-        let n = n.min(self.lens.len());
+        // The clock is read at the first frame (or given), and the pool's
+        // and the holds' expiries run before any frame is delivered.
+        let mut now = clock;
+        let (mut n, mut expired) = (0, false);
+        let mut rx = receiving!(self);
+        self.link.recv_lent(&mut self.lend, max, &mut |frames| {
+            let frames = &frames[..frames.len().min(max - n)];
+            if frames.is_empty() {
+                return;
+            }
+            let t = *now.get_or_insert_with(Instant::now);
+            if !expired {
+                rx.expire(t);
+                expired = true;
+            }
+            rx.deliver_lent(frames, t);
+            n += frames.len();
+        })?;
         // The clock is read only when there is something to time, and then
         // by an empty poll of a busy-polling loop only every
         // TIMED_POLL_EVERY: its deadlines are seconds away, and the reads
@@ -1532,13 +1541,15 @@ impl Mux {
                     true
                 }
             };
-        if n > 0 || timing || clock.is_some() {
-            let now = clock.unwrap_or_else(Instant::now);
-            self.frag.expire(now);
-            self.host.expire(now);
-            self.expire_time_wait(now);
+        if n > 0 || timing || now.is_some() {
+            let now = now.unwrap_or_else(Instant::now);
+            if !expired {
+                receiving!(self).expire(now);
+            }
             if n > 0 {
-                self.deliver_batch(n, now);
+                for e in self.endpoints.values_mut() {
+                    self.woken |= e.publish();
+                }
             }
             self.wake_for_quiet_fins(now);
             self.settle_followed(now);
@@ -1591,136 +1602,6 @@ impl Mux {
             }
         }
         arena.clear();
-    }
-
-    fn deliver_batch(&mut self, n: usize, clock: Instant) {
-        let mut start = 0;
-        while start < n {
-            // Classified a chunk at a time: small arrays, nothing to clear
-            // for frames that are not there. Arrays sized for a few frames
-            // serve the small batches of a request-response exchange (filling
-            // the whole chunk's for one frame cost more than classifying it).
-            let k = (n - start).min(CLASSIFY_CHUNK);
-            if k <= SMALL_CHUNK {
-                self.deliver_chunk::<SMALL_CHUNK>(start, k, clock);
-            } else {
-                self.deliver_chunk::<CLASSIFY_CHUNK>(start, k, clock);
-            }
-            start += k;
-        }
-        for e in self.endpoints.values_mut() {
-            self.woken |= e.publish();
-        }
-    }
-
-    /// Delivers frames `start..start + k` of the arena (`k` at most `N`).
-    fn deliver_chunk<const N: usize>(&mut self, start: usize, k: usize, clock: Instant) {
-        let slot = self.slot;
-        let mut views: [&[u8]; N] = [&[]; N];
-        for (j, v) in views[..k].iter_mut().enumerate() {
-            let i = start + j;
-            *v = &self.arena[i * slot..i * slot + self.lens[i].0];
-        }
-        let mut ids = [None; N];
-        let t0 = cycles::now();
-        self.dpf.demux_batch(&views[..k], &mut ids[..k]);
-        let mut now = cycles::now();
-        let demux_share = now.saturating_sub(t0) / k as u64;
-        // By reference: the array of ids is not copied for the loop.
-        for (j, (frame, &id)) in views[..k].iter().zip(&ids[..k]).enumerate() {
-            let frame = *frame;
-            if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
-                self.host.on_arp(frame, clock);
-            }
-            let kind = frag::kind(frame);
-            let (to, waited) = match kind {
-                FragKind::Whole => (
-                    id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
-                    Vec::new(),
-                ),
-                // A body fragment goes where its head went, whatever a
-                // filter says of it: it carries no port to classify on.
-                FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
-                FragKind::Head => {
-                    let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
-                    let to = match chan {
-                        Some(c) => To::Channel(ChannelId(c)),
-                        None if self.host.takes_fragment(frame) => To::Host,
-                        None => To::Nobody,
-                    };
-                    (to, self.frag.head(frame, to, clock))
-                }
-            };
-            let chan = match to {
-                To::Channel(c) => Some(c.0),
-                _ => None,
-            };
-            // An ICMP error no filter took goes to the socket whose
-            // datagram it quotes: only here, off the fast path.
-            let chan = match chan {
-                None if kind == FragKind::Whole => route_icmp_error(
-                    &mut self.host,
-                    &self.ports,
-                    &self.endpoints,
-                    &self.channels,
-                    frame,
-                ),
-                c => c,
-            };
-            // A fragment's checksum is the whole datagram's: never known here.
-            let ok = self.lens[start + j].1 && kind == FragKind::Whole;
-            let owner =
-                chan.and_then(|c| to_channel(delivery!(self), c, (frame, ok), &waited, clock));
-            let t = cycles::now();
-            let Some((e, copy)) = owner else {
-                // A filter without a channel: a connection the
-                // multiplexer holds in TIME-WAIT.
-                if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
-                    if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
-                        // As release_time_wait, field by field: the
-                        // frame borrows the receive arena.
-                        let _ = self.dpf.delete(FilterId(filter));
-                        self.ports.unhold(Proto::Tcp, t.local.1);
-                        self.host.stats.time_wait_reused += 1;
-                        // The SYN goes where it would have without the
-                        // hold: a listener, or the host's RST.
-                        let again = self.dpf.demux(frame).map(|f| f.0);
-                        let taken = again
-                            .and_then(|c| to_channel(delivery!(self), c, (frame, ok), &[], clock));
-                        if taken.is_none() {
-                            self.rx_unmatched += 1;
-                            self.host.on_unmatched(frame, clock);
-                        }
-                    } else {
-                        let span = self.time_wait_span();
-                        self.time_wait
-                            .on_segment(c, frame, clock, span, &mut self.host);
-                    }
-                } else {
-                    if to == To::Host {
-                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
-                            self.host.on_echo_fragment(f, clock);
-                        }
-                    }
-                    // Body fragments held or dropped are the pool's to count.
-                    if kind != FragKind::Body {
-                        self.rx_unmatched += 1;
-                        if to != To::Host {
-                            self.host.on_unmatched(frame, clock);
-                        }
-                    }
-                }
-                let done = cycles::now();
-                self.host.stats.cycles += done.saturating_sub(now) + demux_share;
-                now = done;
-                continue;
-            };
-            let spent = t.saturating_sub(now);
-            let copy = copy.min(spent);
-            e.stats.copy_cycles += copy;
-            e.stats.rx_cycles += spent - copy + demux_share;
-            now = t;
-        }
     }
 
     /// One transmit scan: visits endpoints with pending transmit
@@ -1871,6 +1752,170 @@ fn route_icmp_error(
         None => host.stats.icmp_errors_unclaimed += 1,
     }
     chan
+}
+
+impl Receiving<'_> {
+    /// Drops what ran out by `now`: the fragment pool's, the host's
+    /// reassemblies, and the TIME-WAIT holds.
+    fn expire(&mut self, now: Instant) {
+        self.frag.expire(now);
+        self.host.expire(now);
+        self.expire_time_wait(now);
+    }
+
+    /// Ends the holds whose 2×MSL ran out by `now`.
+    fn expire_time_wait(&mut self, now: Instant) {
+        while let Some(old) = self.time_wait.pop_expired(now) {
+            self.release_time_wait(old);
+            self.host.stats.time_wait_expired += 1;
+        }
+    }
+
+    /// Frees what a held connection took: its filter and its port.
+    fn release_time_wait(&mut self, (filter, t): (u32, Tuple)) {
+        let _ = self.dpf.delete(FilterId(filter));
+        self.ports.unhold(Proto::Tcp, t.local.1);
+    }
+
+    fn delivery(&mut self) -> Delivery<'_> {
+        Delivery {
+            channels: self.channels,
+            followed: self.followed,
+            endpoints: self.endpoints,
+            hx: self.handler_tx,
+            limits: &self.config.handlers,
+            free_retries: self.config.free_retries,
+            quiet_fins: self.quiet_fins,
+        }
+    }
+
+    /// Classifies and delivers a slice of lent frames, each with its
+    /// checksum word.
+    fn deliver_lent(&mut self, frames: &[Lent<'_>], clock: Instant) {
+        // Classified a chunk at a time: small arrays, nothing to clear for
+        // frames that are not there. Arrays sized for a few frames serve the
+        // small batches of a request-response exchange (filling the whole
+        // chunk's for one frame cost more than classifying it).
+        for chunk in frames.chunks(CLASSIFY_CHUNK) {
+            if chunk.len() <= SMALL_CHUNK {
+                self.deliver_chunk::<SMALL_CHUNK>(chunk, clock);
+            } else {
+                self.deliver_chunk::<CLASSIFY_CHUNK>(chunk, clock);
+            }
+        }
+    }
+
+    /// Delivers `frames` (at most `N`), each with its checksum word.
+    fn deliver_chunk<const N: usize>(&mut self, frames: &[Lent<'_>], clock: Instant) {
+        let k = frames.len();
+        let mut views: [&[u8]; N] = [&[]; N];
+        let mut oks = [false; N];
+        for ((v, ok), &(f, checked)) in views.iter_mut().zip(&mut oks).zip(frames) {
+            // A frame longer than the link's own is cut to it, and its
+            // checksum no longer vouched for.
+            let whole = f.len() <= self.slot;
+            *self.rx_truncated += u64::from(!whole);
+            *v = &f[..f.len().min(self.slot)];
+            *ok = checked && whole;
+        }
+        let mut ids = [None; N];
+        let t0 = cycles::now();
+        self.dpf.demux_batch(&views[..k], &mut ids[..k]);
+        let mut now = cycles::now();
+        let demux_share = now.saturating_sub(t0) / k as u64;
+        // By reference: the array of ids is not copied for the loop.
+        for (j, (frame, &id)) in views[..k].iter().zip(&ids[..k]).enumerate() {
+            let frame = *frame;
+            if frame.len() >= 14 && frame[12..14] == [0x08, 0x06] {
+                self.host.on_arp(frame, clock);
+            }
+            let kind = frag::kind(frame);
+            let (to, waited) = match kind {
+                FragKind::Whole => (
+                    id.map_or(To::Nobody, |id| To::Channel(ChannelId(id.0))),
+                    Vec::new(),
+                ),
+                // A body fragment goes where its head went, whatever a
+                // filter says of it: it carries no port to classify on.
+                FragKind::Body => (self.frag.body(frame, clock), Vec::new()),
+                FragKind::Head => {
+                    let chan = id.map(|id| id.0).filter(|c| self.channels.contains_key(c));
+                    let to = match chan {
+                        Some(c) => To::Channel(ChannelId(c)),
+                        None if self.host.takes_fragment(frame) => To::Host,
+                        None => To::Nobody,
+                    };
+                    (to, self.frag.head(frame, to, clock))
+                }
+            };
+            let chan = match to {
+                To::Channel(c) => Some(c.0),
+                _ => None,
+            };
+            // An ICMP error no filter took goes to the socket whose
+            // datagram it quotes: only here, off the fast path.
+            let chan = match chan {
+                None if kind == FragKind::Whole => {
+                    route_icmp_error(self.host, self.ports, self.endpoints, self.channels, frame)
+                }
+                c => c,
+            };
+            // A fragment's checksum is the whole datagram's: never known here.
+            let ok = oks[j] && kind == FragKind::Whole;
+            let owner =
+                chan.and_then(|c| to_channel(self.delivery(), c, (frame, ok), &waited, clock));
+            let t = cycles::now();
+            let Some((e, copy)) = owner else {
+                // A filter without a channel: a connection the
+                // multiplexer holds in TIME-WAIT.
+                if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
+                    if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
+                        self.release_time_wait((filter, t));
+                        self.host.stats.time_wait_reused += 1;
+                        // The SYN goes where it would have without the
+                        // hold: a listener, or the host's RST.
+                        let again = self.dpf.demux(frame).map(|f| f.0);
+                        let taken = again
+                            .and_then(|c| to_channel(self.delivery(), c, (frame, ok), &[], clock));
+                        if taken.is_none() {
+                            *self.rx_unmatched += 1;
+                            self.host.on_unmatched(frame, clock);
+                        }
+                    } else {
+                        let span = time_wait_span(self.config);
+                        self.time_wait.on_segment(c, frame, clock, span, self.host);
+                    }
+                } else {
+                    if to == To::Host {
+                        for f in std::iter::once(frame).chain(waited.iter().map(|f| &f[..])) {
+                            self.host.on_echo_fragment(f, clock);
+                        }
+                    }
+                    // Body fragments held or dropped are the pool's to count.
+                    if kind != FragKind::Body {
+                        *self.rx_unmatched += 1;
+                        if to != To::Host {
+                            self.host.on_unmatched(frame, clock);
+                        }
+                    }
+                }
+                let done = cycles::now();
+                self.host.stats.cycles += done.saturating_sub(now) + demux_share;
+                now = done;
+                continue;
+            };
+            let spent = t.saturating_sub(now);
+            let copy = copy.min(spent);
+            e.stats.copy_cycles += copy;
+            e.stats.rx_cycles += spent - copy + demux_share;
+            now = t;
+        }
+    }
+}
+
+/// 2×MSL.
+fn time_wait_span(config: &MuxConfig) -> Duration {
+    config.msl.min(frag::MAX_TIMEOUT) * 2
 }
 
 /// Runs the channel's handler on a frame, then on the fragments that

@@ -17,8 +17,16 @@ use exonet_stack::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
 use exonet_wire::{build, MacAddr};
 
 /// A link whose every frame is said to carry a good transport checksum, as
-/// AF_PACKET says of those Linux verified or left to finish.
-struct Vouching(MemWire);
+/// AF_PACKET says of those Linux verified or left to finish; with the MTU
+/// it says it has.
+struct Vouching(MemWire, usize);
+
+impl Vouching {
+    fn new(wire: MemWire) -> Vouching {
+        let mtu = wire.mtu();
+        Vouching(wire, mtu)
+    }
+}
 
 impl Link for Vouching {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> std::io::Result<usize> {
@@ -38,7 +46,7 @@ impl Link for Vouching {
         self.0.send_with(fill)
     }
     fn mtu(&self) -> usize {
-        self.0.mtu()
+        self.1
     }
     fn mac(&self) -> [u8; 6] {
         self.0.mac()
@@ -64,7 +72,7 @@ fn host(link: Box<dyn Link>, ip: Ipv4Addr) -> Stack {
 #[test]
 fn the_links_word_is_passed_on_but_not_for_a_fragment() {
     let (x, mut wire) = memwire::pair().unwrap();
-    let mut mux = Mux::new(Box::new(Vouching(x)), vec![HOST], MuxConfig::default());
+    let mut mux = Mux::new(Box::new(Vouching::new(x)), vec![HOST], MuxConfig::default());
     let (ea, mut a, _) = endpoint(&mut mux, 32, false);
     let (ca, _) = mux.bind_socket(ea, spec(5000)).unwrap();
     let udp =
@@ -88,6 +96,33 @@ fn the_links_word_is_passed_on_but_not_for_a_fragment() {
     assert_eq!(got, want);
 }
 
+/// A frame longer than the link says it sends is cut to that length,
+/// counted, and no longer vouched for.
+#[test]
+fn a_frame_cut_to_the_links_length_is_not_vouched_for() {
+    let (x, mut wire) = memwire::pair().unwrap();
+    let mut mux = Mux::new(
+        Box::new(Vouching(x, 1000)),
+        vec![HOST],
+        MuxConfig::default(),
+    );
+    let (ea, mut a, _) = endpoint(&mut mux, 32, false);
+    let (ca, _) = mux.bind_socket(ea, spec(5000)).unwrap();
+    let udp =
+        |len: usize| build::udp_frame(PEER_MAC, HOST_MAC, PEER, HOST, 7777, 5000, &vec![7u8; len]);
+    let (short, long) = (udp(600), udp(1200));
+    assert_eq!(wire.send_batch(&[&short[..], &long[..]]).unwrap(), 2);
+    assert_eq!(mux.poll_rx().unwrap(), 2);
+    assert_eq!(mux.stats().rx_truncated, 1);
+    let mut inline = [0u8; INLINE_MAX];
+    let mut got = Vec::new();
+    while let Some(d) = a.rx.pop_frame(&mut inline).unwrap() {
+        assert_eq!(d.channel, ca.0);
+        got.push((d.len as usize, d.flags & Desc::CSUM_OK != 0));
+    }
+    assert_eq!(got, [(short.len(), true), (1018, false)]);
+}
+
 /// Two stacks in process: the one whose link vouches for every frame
 /// verifies none of the checksums again; the other verifies them all; the
 /// transfer is intact both ways.
@@ -95,7 +130,7 @@ fn the_links_word_is_passed_on_but_not_for_a_fragment() {
 fn a_stack_does_not_verify_again_what_the_link_vouched_for() {
     let (x, y) = memwire::pair().unwrap();
     let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let (sa, sb) = (host(Box::new(x), a), host(Box::new(Vouching(y)), b));
+    let (sa, sb) = (host(Box::new(x), a), host(Box::new(Vouching::new(y)), b));
     let l = TcpListener::bind(&sb, (b, 9)).unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let sent = data.clone();
@@ -128,7 +163,10 @@ fn a_udp_checksum_the_link_vouched_for_is_not_verified_again() {
     let (x, wire) = memwire::pair().unwrap();
     let (y, other) = memwire::pair().unwrap();
     let (mx, my) = (MacAddr(x.mac()), MacAddr(y.mac()));
-    let (vouched, plain) = (host(Box::new(Vouching(x)), HOST), host(Box::new(y), HOST));
+    let (vouched, plain) = (
+        host(Box::new(Vouching::new(x)), HOST),
+        host(Box::new(y), HOST),
+    );
     for (stack, mac, mut wire, delivered) in
         [(&vouched, mx, wire, true), (&plain, my, other, false)]
     {

@@ -43,7 +43,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::sys::{self, Mmap};
-use crate::{sendable, Link, LinkStats, SynListener, MAX_HEADER_LEN};
+use crate::{
+    sendable, LendScratch, Lent, Link, LinkStats, SynListener, LENT_AT_ONCE, MAX_HEADER_LEN,
+};
 
 mod syn;
 
@@ -489,6 +491,21 @@ impl AfXdp {
 
 impl Link for AfXdp {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        self.recv_lent(&mut LendScratch::default(), max, &mut |frames| {
+            for &(frame, _) in frames {
+                f(frame);
+            }
+        })
+    }
+
+    /// In place: the kernel refills a chunk only once it is back on the
+    /// fill ring, which it sees after the last slice.
+    fn recv_lent(
+        &mut self,
+        _scratch: &mut LendScratch,
+        max: usize,
+        f: &mut dyn FnMut(&[Lent<'_>]),
+    ) -> io::Result<usize> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
@@ -499,6 +516,8 @@ impl Link for AfXdp {
         let avail = prod.wrapping_sub(self.rx.local).min(self.rx.size) as usize;
         let take = avail.min(max);
         let mask = !(self.frame_size as u64 - 1);
+        let mut lent = [(&[][..], false); LENT_AT_ONCE];
+        let mut k = 0;
         for _ in 0..take {
             // SAFETY: entries below the Acquire-loaded producer are written.
             let d: libc::xdp_desc = unsafe {
@@ -513,11 +532,12 @@ impl Link for AfXdp {
                 .checked_add(len)
                 .is_some_and(|end| end <= self.umem.len())
             {
-                // SAFETY: the chunk is ours until it goes back on the fill ring below,
-                // after the callback.
+                // SAFETY: the chunk is ours until the fill ring's producer index
+                // is published below, after the last slice's callback.
                 let frame =
                     unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(addr), len) };
-                f(frame);
+                lent[k] = (frame, false);
+                k += 1;
                 self.stats.rx_frames += 1;
                 self.stats.rx_bytes += len as u64;
             } else {
@@ -533,6 +553,13 @@ impl Link for AfXdp {
                 )
             };
             self.fill.local = self.fill.local.wrapping_add(1);
+            if k == LENT_AT_ONCE {
+                f(&lent);
+                k = 0;
+            }
+        }
+        if k > 0 {
+            f(&lent[..k]);
         }
         if take > 0 {
             self.rx
