@@ -4,8 +4,8 @@ mod common;
 
 use common::*;
 use exonet_link::Link;
-use exonet_mux::{HandlerVerdict, MuxConfig, Template};
-use exonet_shm::Desc;
+use exonet_mux::{HandlerVerdict, Mux, MuxConfig, Template};
+use exonet_shm::{AppEndpoint, Desc};
 use exonet_wire::build;
 
 fn udp_to(port: u16, payload: &[u8]) -> Vec<u8> {
@@ -163,6 +163,43 @@ fn handler_consumes_or_delivers() {
     assert_eq!(mux.endpoint_stats(a).unwrap().rx_consumed, 1);
 }
 
+/// An endpoint with a UDP channel on `port`, sending at `weight`, and
+/// 1000-byte frames to queue.
+struct Sender {
+    id: exonet_mux::EndpointId,
+    app: AppEndpoint,
+    bufs: Vec<u32>,
+    channel: u32,
+    frame: Vec<u8>,
+    queued: usize,
+}
+
+impl Sender {
+    fn new(mux: &mut Mux, port: u16, weight: u32) -> Sender {
+        let (id, app, bufs) = endpoint(mux, 0, false);
+        let (ch, _) = mux.bind_socket(id, spec(port)).unwrap();
+        mux.set_weight(id, weight).unwrap();
+        let frame = udp_from(port, &[0u8; 958]);
+        assert_eq!(frame.len(), 1000);
+        Sender {
+            id,
+            app,
+            bufs,
+            channel: ch.0,
+            frame,
+            queued: 0,
+        }
+    }
+
+    /// Queues `n` more frames on its tx ring.
+    fn queue(&mut self, n: usize) {
+        for &b in &self.bufs[self.queued..self.queued + n] {
+            send(&mut self.app, b, &self.frame, self.channel);
+        }
+        self.queued += n;
+    }
+}
+
 #[test]
 fn drr_shares_bandwidth_by_weight() {
     // A budget of 80 frames per scan keeps both endpoints backlogged (60
@@ -171,32 +208,25 @@ fn drr_shares_bandwidth_by_weight() {
         tx_budget: 80,
         ..MuxConfig::default()
     });
-    let mut ids = Vec::new();
-    let mut apps = Vec::new();
-    for (port, weight) in [(5000u16, 1u32), (6000, 3)] {
-        let (id, mut app, bufs) = endpoint(&mut mux, 0, false);
-        let (ch, _) = mux.bind_socket(id, spec(port)).unwrap();
-        mux.set_weight(id, weight).unwrap();
-        let f = udp_from(port, &[0u8; 958]);
-        assert_eq!(f.len(), 1000);
-        for &b in bufs.iter().take(60) {
-            send(&mut app, b, &f, ch.0);
-        }
-        ids.push(id);
-        apps.push(app);
+    let mut senders = [
+        Sender::new(&mut mux, 5000, 1),
+        Sender::new(&mut mux, 6000, 3),
+    ];
+    for s in &mut senders {
+        s.queue(60);
     }
     assert_eq!(mux.poll_tx().unwrap(), 80);
     assert_eq!(drain_wire(&mut wire).len(), 80);
-    let s1 = mux.endpoint_stats(ids[0]).unwrap();
-    let s3 = mux.endpoint_stats(ids[1]).unwrap();
+    let s1 = mux.endpoint_stats(senders[0].id).unwrap();
+    let s3 = mux.endpoint_stats(senders[1].id).unwrap();
     let ratio = s3.tx_bytes as f64 / s1.tx_bytes as f64;
     assert!((2.5..=3.5).contains(&ratio), "ratio {ratio}: {s1:?} {s3:?}");
     assert!(s1.tx_cycles > 0 && s3.tx_cycles > 0);
     // The rest drains completely on later scans.
     while mux.poll_tx().unwrap() > 0 {}
-    let total: u64 = ids
+    let total: u64 = senders
         .iter()
-        .map(|&i| mux.endpoint_stats(i).unwrap().tx_frames)
+        .map(|s| mux.endpoint_stats(s.id).unwrap().tx_frames)
         .sum();
     assert_eq!(total, 120);
 }
@@ -210,31 +240,20 @@ fn an_endpoint_alone_keeps_no_credit() {
         tx_budget: 40,
         ..MuxConfig::default()
     });
-    let mut ends = Vec::new();
-    for (port, weight) in [(5000u16, 1u32), (6000, 3)] {
-        let (id, app, bufs) = endpoint(&mut mux, 0, false);
-        let (ch, _) = mux.bind_socket(id, spec(port)).unwrap();
-        mux.set_weight(id, weight).unwrap();
-        ends.push((id, app, bufs, ch, udp_from(port, &[0u8; 958])));
-    }
-    let (a, app_a, bufs_a, ch_a, f_a) = &mut ends[0];
-    for &b in bufs_a.iter().take(100) {
-        send(app_a, b, f_a, ch_a.0);
-    }
-    let a = *a;
+    let [mut a, mut b] = [
+        Sender::new(&mut mux, 5000, 1),
+        Sender::new(&mut mux, 6000, 3),
+    ];
+    a.queue(64);
     // Alone: the whole budget, in one scan.
     assert_eq!(mux.poll_tx().unwrap(), 40);
-    assert_eq!(mux.endpoint_stats(a).unwrap().tx_frames, 40);
-    let (b, app_b, bufs_b, ch_b, f_b) = &mut ends[1];
-    for &k in bufs_b.iter().take(60) {
-        send(app_b, k, f_b, ch_b.0);
-    }
-    let b = *b;
+    assert_eq!(mux.endpoint_stats(a.id).unwrap().tx_frames, 40);
+    b.queue(60);
     // Both backlogged for the whole scan: 1 to 3, not A's leftover first.
     assert_eq!(mux.poll_tx().unwrap(), 40);
     assert_eq!(drain_wire(&mut wire).len(), 80);
-    let sa = mux.endpoint_stats(a).unwrap().tx_frames - 40;
-    let sb = mux.endpoint_stats(b).unwrap().tx_frames;
+    let sa = mux.endpoint_stats(a.id).unwrap().tx_frames - 40;
+    let sb = mux.endpoint_stats(b.id).unwrap().tx_frames;
     assert!((8..=12).contains(&sa) && sa + sb == 40, "A {sa}, B {sb}");
 }
 
