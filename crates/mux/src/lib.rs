@@ -965,13 +965,13 @@ impl Mux {
         // Another channel of the same 4-tuple was held before: this one is
         // the later incarnation.
         if let Some(old) = self.time_wait.remove_tuple(&t) {
-            self.release_time_wait(old);
+            release_time_wait(&mut self.dpf, &mut self.ports, old);
         }
         while self.time_wait.len() >= self.time_wait.max() {
             let Some(old) = self.time_wait.pop_oldest() else {
                 break;
             };
-            self.release_time_wait(old);
+            release_time_wait(&mut self.dpf, &mut self.ports, old);
             self.host.stats.time_wait_evicted += 1;
         }
         let taken = filter.is_some();
@@ -996,11 +996,6 @@ impl Mux {
         self.time_wait.insert(filter.0, t, hold);
         self.host.stats.time_wait_held += 1;
         taken
-    }
-
-    /// Frees what a held connection took: its filter and its port.
-    fn release_time_wait(&mut self, old: (u32, Tuple)) {
-        receiving!(self).release_time_wait(old);
     }
 
     /// Holds the TIME-WAIT of the followed connections that finished: the
@@ -1766,15 +1761,9 @@ impl Receiving<'_> {
     /// Ends the holds whose 2×MSL ran out by `now`.
     fn expire_time_wait(&mut self, now: Instant) {
         while let Some(old) = self.time_wait.pop_expired(now) {
-            self.release_time_wait(old);
+            release_time_wait(self.dpf, self.ports, old);
             self.host.stats.time_wait_expired += 1;
         }
-    }
-
-    /// Frees what a held connection took: its filter and its port.
-    fn release_time_wait(&mut self, (filter, t): (u32, Tuple)) {
-        let _ = self.dpf.delete(FilterId(filter));
-        self.ports.unhold(Proto::Tcp, t.local.1);
     }
 
     fn delivery(&mut self) -> Delivery<'_> {
@@ -1870,7 +1859,7 @@ impl Receiving<'_> {
                 // multiplexer holds in TIME-WAIT.
                 if let Some(c) = chan.filter(|&c| self.time_wait.holds(c)) {
                     if let Some((filter, t)) = self.time_wait.reopen(c, frame) {
-                        self.release_time_wait((filter, t));
+                        release_time_wait(self.dpf, self.ports, (filter, t));
                         self.host.stats.time_wait_reused += 1;
                         // The SYN goes where it would have without the
                         // hold: a listener, or the host's RST.
@@ -1911,6 +1900,12 @@ impl Receiving<'_> {
             now = t;
         }
     }
+}
+
+/// Frees what a connection held in TIME-WAIT took: its filter and its port.
+fn release_time_wait(dpf: &mut Dpf, ports: &mut Ports, (filter, t): (u32, Tuple)) {
+    let _ = dpf.delete(FilterId(filter));
+    ports.unhold(Proto::Tcp, t.local.1);
 }
 
 /// 2×MSL.
