@@ -5,7 +5,8 @@
 //! of order; hostile input, after which the host still answers, the drops
 //! are counted and the library holds no memory; handlers in the
 //! multiplexer answering Linux, one with UDP below it dropping a bad
-//! checksum.
+//! checksum; Linux's UDP super-datagrams (`UDP_SEGMENT`), left whole by
+//! the veth, cut by the afpacket link into the datagrams their sender wrote.
 
 mod common;
 
@@ -131,6 +132,45 @@ fn tools_and_linux_peers_over_afxdp() {
         return;
     }
     tools_and_linux_peers("afxdp", "", 52);
+}
+
+/// Linux sends with `UDP_SEGMENT` (as QUIC stacks do): over a veth the
+/// super-datagram arrives whole, and the afpacket link cuts it by the
+/// segment size in its `virtio_net_hdr`. Every datagram comes back from
+/// `exonet udp-echo` as it was sent, and none is dropped.
+fn linux_udp_super_datagrams_are_cut(suffix: &str, subnet: u8) {
+    let mut rig = Rig::new("afpacket", suffix, subnet);
+    let mut out = echo_on(&mut rig);
+    let py = run(rig
+        .linux("/usr/bin/python3")
+        .arg(scapy_script("udp_gso_echo.py"))
+        .args([&rig.linux_ip, &rig.exo_ip, "7"]));
+    let said = text(&py.stdout);
+    assert!(py.status.success(), "{said}{}", text(&py.stderr));
+    assert!(said.contains("echoed 18 of 18 datagrams"), "{said}");
+    assert_eq!(stat(&rig.sock, "link", "rx_super"), 3);
+    assert_eq!(stat(&rig.sock, "link", "rx_dropped"), 0);
+    let last = stop_echo(rig.procs.pop().unwrap(), &mut out);
+    assert_eq!(json_u64(&last, "bad_checksum"), Some(0), "{last}");
+    assert!(rig.daemon_alive());
+}
+
+#[test]
+fn linux_udp_super_datagrams_are_cut_by_afpacket_blocks() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    linux_udp_super_datagrams_are_cut("", 78);
+}
+
+#[test]
+fn linux_udp_super_datagrams_are_cut_by_afpacket_frames() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    linux_udp_super_datagrams_are_cut(":frames", 79);
 }
 
 #[test]

@@ -19,7 +19,10 @@
 //! TCP segmentation offload, both ways. A TCP super-segment
 //! that arrives whole (Linux over a veth leaves segmentation to a NIC that is not
 //! there, and GRO merges) is cut here into frames that fit the MTU
-//! ([`exonet_wire::tso::Cutter`]), as that NIC would have sent them. And when the
+//! ([`exonet_wire::tso::Cutter`]), as that NIC would have sent them; so is a
+//! UDP super-datagram (a Linux socket's `UDP_SEGMENT`), into the datagrams of
+//! the size its `virtio_net_hdr` gives, which only a socket with those
+//! headers on receives (without them it is dropped and counted). And when the
 //! interface has TSO on (`ethtool -k`), the link takes super-segments to send
 //! ([`Link::max_send_len`]): each goes to the kernel with a `virtio_net_hdr`
 //! (`PACKET_VNET_HDR`) that says where to cut, and is cut by the device or by
@@ -67,6 +70,9 @@ const V2_RX_ROOM: usize = tpacket_align(libc::TPACKET2_HDRLEN + 16);
 const VNET_LEN: usize = 10;
 const VNET_F_NEEDS_CSUM: u8 = 1;
 const VNET_GSO_TCPV4: u8 = 1;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP super-datagram (`UDP_SEGMENT`), cut
+/// into datagrams of `gso_size` payload bytes.
+const VNET_GSO_UDP_L4: u8 = 5;
 const VNET_GSO_ECN: u8 = 0x80;
 /// Transmit slots with segmentation offload: each slot holds a super-segment
 /// (128 KiB), so fewer than the default 512 (8 MiB of ring).
@@ -476,9 +482,11 @@ impl Blocks {
     }
 
     /// Lends up to `max` frames to `f`, from the current block on; returns how many.
+    /// Each frame follows `vnet_len` bytes of `virtio_net_hdr`.
     fn recv(
         &mut self,
         map: &Mmap,
+        vnet_len: usize,
         mtu: usize,
         stats: &mut LinkStats,
         f: &mut dyn FnMut(&[u8], bool),
@@ -525,13 +533,17 @@ impl Blocks {
                 unsafe { std::ptr::read(map.as_ptr().add(block + self.next).cast()) };
             let start = self.next + usize::from(h.tp_mac);
             let len = h.tp_snaplen as usize;
-            if h.tp_snaplen < h.tp_len || start + len > self.size {
+            if h.tp_snaplen < h.tp_len
+                || start + len > self.size
+                || usize::from(h.tp_mac) < hdr_len + vnet_len
+            {
                 stats.rx_dropped += 1;
             } else {
+                let vnet = vnet_at(map, block + start, vnet_len);
                 // SAFETY: the frame lies within the block, which stays ours (and
                 // unchanged by the kernel) until `release`, after the callback returns.
                 let frame = unsafe { frame_mut(map, block + start, len) };
-                match lend(frame, h.tp_status, mtu, stats, f) {
+                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
                     Lent::Whole => n += 1,
                     Lent::Dropped => {}
                     Lent::Super(mut c) => {
@@ -606,13 +618,27 @@ fn beyond_mtu(frame: &[u8], mtu: usize) -> bool {
             && !ethertype::is_vlan(u16::from_be_bytes([frame[12], frame[13]])))
 }
 
+/// The `virtio_net_hdr` the kernel wrote just before the frame at `frame` in
+/// the ring, if the socket has them (`vnet_len` > 0; the caller checked that
+/// they lie in the same block or slot).
+fn vnet_at(map: &Mmap, frame: usize, vnet_len: usize) -> Option<[u8; VNET_LEN]> {
+    let at = frame
+        .checked_sub(vnet_len)
+        .filter(|_| vnet_len == VNET_LEN)?;
+    debug_assert!(frame <= map.len());
+    // SAFETY: the header lies in the mapping, in the block or slot the kernel
+    // handed over with the frame (the caller's check), which it does not write
+    // until given back.
+    Some(unsafe { std::ptr::read(map.as_ptr().add(at).cast::<[u8; VNET_LEN]>()) })
+}
+
 /// What [`lend`] did with a frame.
 enum Lent {
     /// Lent to the callback.
     Whole,
     /// Dropped: longer than an MTU's frame, and no super-segment.
     Dropped,
-    /// Not lent: a TCP super-segment, to be cut ([`cut`]).
+    /// Not lent: a TCP super-segment or a UDP super-datagram, to be cut ([`cut`]).
     Super(Cutter),
 }
 
@@ -620,9 +646,12 @@ enum Lent {
 /// left undone (`tp_status`), so that every frame handed up carries a valid
 /// one (counted in `rx_csum_completed`); `f` is told whether it is known good
 /// (finished here, or verified below). A TCP super-segment is returned
-/// instead, to be cut into frames that fit `mtu` (counted in `rx_super`).
+/// instead, to be cut into frames that fit `mtu` (counted in `rx_super`), and
+/// so is a UDP super-datagram, to be cut into the datagrams its sender wrote:
+/// their size only the frame's `virtio_net_hdr` (`vnet`) tells.
 fn lend(
     frame: &mut [u8],
+    vnet: Option<[u8; VNET_LEN]>,
     tp_status: u32,
     mtu: usize,
     stats: &mut LinkStats,
@@ -630,7 +659,13 @@ fn lend(
 ) -> Lent {
     let len = frame.len();
     if beyond_mtu(frame, mtu) {
-        return match Cutter::new(frame, mtu) {
+        let cutter = match vnet {
+            Some(v) if v[1] & !VNET_GSO_ECN == VNET_GSO_UDP_L4 => {
+                Cutter::udp(frame, usize::from(u16::from_le_bytes([v[4], v[5]])), mtu)
+            }
+            _ => Cutter::new(frame, mtu),
+        };
+        return match cutter {
             Some(c) => {
                 stats.rx_super += 1;
                 Lent::Super(c)
@@ -697,14 +732,18 @@ impl Frames {
                 if copied.is_none() {
                     stats.rx_dropped += 1;
                 }
-            } else if h.tp_snaplen < h.tp_len || start < hdr_len || start + len > self.size {
+            } else if h.tp_snaplen < h.tp_len
+                || start < hdr_len + vnet_len
+                || start + len > self.size
+            {
                 stats.rx_dropped += 1;
             } else {
+                let vnet = vnet_at(map, slot + start, vnet_len);
                 // SAFETY: the frame lies within the slot (checked above), which stays
                 // ours (and unchanged by the kernel) until released below, after the
                 // callback.
                 let frame = unsafe { frame_mut(map, slot + start, len) };
-                match lend(frame, h.tp_status, mtu, stats, f) {
+                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
                     Lent::Whole => n += 1,
                     Lent::Dropped => {}
                     // Cut from a copy, so that the slot can go back now.
@@ -716,9 +755,10 @@ impl Frames {
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.head = (self.head + 1) % self.count;
-            if let Some(len) = copied {
+            if let Some((len, vnet)) = copied {
                 let frame = &mut self.copy[..len];
-                match lend(frame, h.tp_status, mtu, stats, f) {
+                let vnet = (vnet_len > 0).then_some(vnet);
+                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
                     Lent::Whole => n += 1,
                     Lent::Dropped => {}
                     Lent::Super(c) => self.cutting = Some((c, len)),
@@ -730,10 +770,9 @@ impl Frames {
 }
 
 /// Reads the next frame queued whole on packet socket `fd` into the front of
-/// `buf`, its `vnet_len` bytes of `virtio_net_hdr` (not needed: the frame's
-/// checksums are finished here, and its segments cut) put aside; returns its
-/// length, or `None` if there was none or it did not fit.
-fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<usize> {
+/// `buf`, its `vnet_len` bytes of `virtio_net_hdr` put aside; returns its
+/// length and that header, or `None` if there was none or it did not fit.
+fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<(usize, [u8; VNET_LEN])> {
     let mut vnet = [0u8; VNET_LEN];
     let mut iov = [
         libc::iovec {
@@ -755,7 +794,7 @@ fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<usize> {
     if msg.msg_flags & libc::MSG_TRUNC != 0 {
         return None;
     }
-    total.checked_sub(vnet_len)
+    Some((total.checked_sub(vnet_len)?, vnet))
 }
 
 /// The `virtio_net_hdr` that has the kernel cut `frame`, a TCP super-segment
@@ -797,11 +836,11 @@ impl Link for AfPacket {
         if self.tx_unkicked {
             self.kick()?;
         }
+        let vnet_len = if self.vnet { VNET_LEN } else { 0 };
         Ok(match &mut self.rx {
-            RxRing::Blocks(b) => b.recv(&self.map, self.mtu, &mut self.stats, f, max),
+            RxRing::Blocks(b) => b.recv(&self.map, vnet_len, self.mtu, &mut self.stats, f, max),
             RxRing::Frames(r) => {
                 let fd = self.fd.as_raw_fd();
-                let vnet_len = if self.vnet { VNET_LEN } else { 0 };
                 r.recv(&self.map, fd, vnet_len, self.mtu, &mut self.stats, f, max)
             }
         })

@@ -155,9 +155,9 @@ pub struct LinkStats {
     /// Received frames whose TCP or UDP checksum the sending host had left to
     /// hardware, finished by the link (AF_PACKET from a veth).
     pub rx_csum_completed: u64,
-    /// Received TCP super-segments (a sender's segmentation offload that no
-    /// hardware finished, over a veth) cut into frames that fit the MTU, each
-    /// counted in `rx_frames`.
+    /// Received TCP super-segments and UDP super-datagrams (a sender's
+    /// segmentation offload that no hardware finished, over a veth) cut into
+    /// frames that fit the MTU, each counted in `rx_frames`.
     pub rx_super: u64,
     /// Frames accepted for sending.
     pub tx_frames: u64,
