@@ -153,7 +153,7 @@ pub struct LinkStats {
     /// full, truncated, malformed.
     pub rx_dropped: u64,
     /// Received frames whose TCP or UDP checksum the sending host had left to
-    /// hardware, finished by the link (AF_PACKET from a veth).
+    /// hardware, finished by the link (AF_PACKET or AF_XDP, from a veth).
     pub rx_csum_completed: u64,
     /// Received TCP super-segments and UDP super-datagrams (a sender's
     /// segmentation offload that no hardware finished, over a veth) cut into

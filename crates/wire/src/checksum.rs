@@ -167,6 +167,35 @@ pub fn fold(acc: u64) -> u16 {
     s + u16::from(c)
 }
 
+/// Where the transport checksum of an Ethernet frame (untagged or behind one
+/// 802.1Q tag) carrying a TCP or UDP/IPv4 packet lies: the IPv4 header's
+/// offset, the packet's transport part (`l3 + ihl .. l3 + total`), its
+/// protocol, and the checksum field's offset in that part. `None` for other
+/// frames, or one cut short.
+fn transport(frame: &[u8]) -> Option<(usize, std::ops::Range<usize>, u8, usize)> {
+    let mut l3 = 14;
+    if frame.get(12..14) == Some(&[0x81, 0x00]) {
+        l3 = 18;
+    }
+    if frame.get(l3 - 2..l3) != Some(&[0x08, 0x00]) {
+        return None;
+    }
+    let vhl = *frame.get(l3)?;
+    let ihl = usize::from(vhl & 0x0f) * 4;
+    let total = frame.get(l3 + 2..l3 + 4)?;
+    let total = usize::from(u16::from_be_bytes([total[0], total[1]]));
+    let proto = *frame.get(l3 + 9)?;
+    let field = match proto {
+        6 => 16,
+        17 => 6,
+        _ => return None,
+    };
+    if vhl >> 4 != 4 || ihl < 20 || total < ihl + field + 2 || l3 + total > frame.len() {
+        return None;
+    }
+    Some((l3, l3 + ihl..l3 + total, proto, field))
+}
+
 /// Finishes the TCP or UDP checksum of an Ethernet frame (untagged or behind one
 /// 802.1Q tag) carrying IPv4 whose sender left it to the hardware: Linux hands such
 /// frames over a veth or to a packet socket with the field holding only the
@@ -174,37 +203,37 @@ pub fn fold(acc: u64) -> u16 {
 /// transport header and data, that field included, is the checksum's complement.
 /// Returns false, leaving the frame alone, if it is not such a frame or is cut short.
 pub fn complete_partial(frame: &mut [u8]) -> bool {
-    let mut l3 = 14;
-    if frame.get(12..14) == Some(&[0x81, 0x00]) {
-        l3 = 18;
-    }
-    if frame.get(l3 - 2..l3) != Some(&[0x08, 0x00]) {
-        return false;
-    }
-    let Some(&vhl) = frame.get(l3) else {
+    let Some((_, l4, proto, field)) = transport(frame) else {
         return false;
     };
-    let ihl = usize::from(vhl & 0x0f) * 4;
-    let (Some(total), Some(&proto)) = (frame.get(l3 + 2..l3 + 4), frame.get(l3 + 9)) else {
-        return false;
-    };
-    let total = usize::from(u16::from_be_bytes([total[0], total[1]]));
-    let field = match proto {
-        6 => 16,
-        17 => 6,
-        _ => return false,
-    };
-    if vhl >> 4 != 4 || ihl < 20 || total < ihl + field + 2 {
-        return false;
-    }
-    let Some(l4) = frame.get_mut(l3 + ihl..l3 + total) else {
-        return false;
-    };
+    let l4 = &mut frame[l4];
     let c = !sum(l4);
     // RFC 768: a computed zero is sent as all ones (zero means "none").
     let c = if proto == 17 && c == 0 { 0xffff } else { c };
     l4[field..field + 2].copy_from_slice(&c.to_be_bytes());
     true
+}
+
+/// [`complete_partial`] for a frame that carries no flag saying its checksum
+/// was left undone (AF_XDP shows none): finished if its checksum field holds
+/// exactly the pseudo-header sum, as Linux leaves it; returns whether it did.
+///
+/// Finishing a frame whose correct checksum happens to equal that sum leaves
+/// it as it was. But a frame corrupted on its way whose field happens to hold
+/// it (one in 65,536 corrupted frames) would be passed as good: only for frames
+/// from a sender that leaves its checksums so and a path that corrupts nothing
+/// (a veth's peer, whose frames are the same memory).
+pub fn complete_if_partial(frame: &mut [u8]) -> bool {
+    let Some((l3, l4, proto, field)) = transport(frame) else {
+        return false;
+    };
+    let addr = |at: usize| Ipv4Addr::new(frame[at], frame[at + 1], frame[at + 2], frame[at + 3]);
+    let pseudo = pseudo_header_sum(addr(l3 + 12), addr(l3 + 16), proto, l4.len() as u16);
+    let at = l4.start + field;
+    if u16::from_be_bytes([frame[at], frame[at + 1]]) != pseudo {
+        return false;
+    }
+    complete_partial(frame)
 }
 
 /// Copies `src` into `dst` and returns the one's-complement sum of the bytes
@@ -375,5 +404,35 @@ mod tests {
         let mut arp = good.clone();
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         assert!(!complete_partial(&mut arp));
+    }
+
+    #[test]
+    fn only_a_field_holding_the_pseudo_header_sum_is_completed_unasked() {
+        use crate::build;
+        use crate::ethernet::MacAddr;
+        use crate::tcp::flags;
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let (ma, mb) = (MacAddr([2; 6]), MacAddr([4; 6]));
+        let udp = build::udp_frame(ma, mb, a, b, 5, 6, b"partial sums");
+        let tcp = build::tcp_frame(ma, mb, a, b, 5, 6, flags::ACK, 9, 7, &[], b"x");
+        for (good, field, proto) in [(udp, 40, 17), (tcp, 50, 6)] {
+            // Whole checksums are left alone.
+            let mut f = good.clone();
+            assert!(!complete_if_partial(&mut f));
+            assert_eq!(f, good);
+            // A partial one is finished.
+            let pseudo = pseudo_header_sum(a, b, proto, (good.len() - 34) as u16);
+            f[field..field + 2].copy_from_slice(&pseudo.to_be_bytes());
+            assert!(complete_if_partial(&mut f));
+            assert_eq!(f, good);
+            // A wrong checksum that is not the pseudo-header sum stays wrong.
+            f[field..field + 2].copy_from_slice(&pseudo.wrapping_add(1).to_be_bytes());
+            let bad = f.clone();
+            assert!(!complete_if_partial(&mut f));
+            assert_eq!(f, bad);
+            // A packet longer than its frame is no such frame.
+            f[field..field + 2].copy_from_slice(&pseudo.to_be_bytes());
+            assert!(!complete_if_partial(&mut f[..good.len() - 1]));
+        }
     }
 }

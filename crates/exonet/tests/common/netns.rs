@@ -147,13 +147,11 @@ impl Rig {
         let addr = format!("{}/24", rig.linux_ip);
         ip(&["-n", &rig.linux, "addr", "add", &addr, "dev", &rig.vl]);
         ip(&["-n", &rig.linux, "link", "set", &rig.vl, "up"]);
-        // Linux leaves its sockets' UDP checksums to the device (checksum
-        // offload), and over veth nobody fills them in. The afpacket link
-        // completes them (the kernel marks such frames); on the other links
-        // Linux computes them itself.
-        if link != "afpacket" {
-            run(rig.linux("ethtool").args(["-K", &rig.vl, "tx", "off"]));
-        }
+        // Linux leaves its sockets' checksums to the device (checksum
+        // offload), and over a veth nobody fills them in: the afpacket link
+        // finishes them (the kernel marks such frames), and so does the
+        // afxdp link on a veth (it knows them by their fields); on a TAP
+        // Linux computes them itself. They stay on, as a veth comes.
         rig
     }
 
@@ -163,8 +161,9 @@ impl Rig {
     }
 
     /// Linux's end sends each TCP segment as its own frame, checksum filled
-    /// in: exonet's link receives frame by frame, so a 64 KB "segment" left
-    /// to segmentation offload (TSO, GSO) would never arrive.
+    /// in: an AF_XDP link with its program generic receives frame by frame,
+    /// so a 64 KB "segment" left to segmentation offload (TSO, GSO) would
+    /// never arrive.
     pub fn no_offloads(&self) {
         run(self
             .linux("ethtool")
