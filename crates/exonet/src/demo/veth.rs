@@ -62,15 +62,6 @@ except ConnectionRefusedError:
 print(" ".join(map(str, out)))
 "#;
 
-/// Turns off transmit checksum offload on an interface, as `ethtool -K
-/// IFACE tx off` does (ETHTOOL_STXCSUM through SIOCETHTOOL).
-const PY_TX_CSUM_OFF: &str = r#"
-import ctypes, fcntl, socket, struct, sys
-value = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))
-ifreq = struct.pack("16sP", sys.argv[1].encode(), ctypes.addressof(value)).ljust(40, b"\0")
-fcntl.ioctl(socket.socket(socket.AF_INET, socket.SOCK_DGRAM), 0x8946, ifreq)
-"#;
-
 /// Everything the demo made outside itself, torn down once, by whichever
 /// comes first: the end of the tour or a stop signal.
 struct Rig {
@@ -231,10 +222,6 @@ pub fn tour(n: usize) -> Result<(), String> {
     ])?;
     ip(&["-n", &linux_ns, "link", "set", &vl, "up"])?;
     ip(&["-n", &linux_ns, "link", "set", "lo", "up"])?;
-    // Linux leaves its UDP checksums to the veth's "hardware", which passes
-    // them on unfinished; the afpacket link does not finish them (yet), so
-    // Linux computes them itself.
-    run(in_ns(&linux_ns, "/usr/bin/python3").args(["-c", PY_TX_CSUM_OFF, &vl]))?;
 
     let daemon = spawn_daemon(&exo_ns, &vx, rig.socket.clone())?;
     start_linux_echo(&rig, &linux_ns)?;
