@@ -161,9 +161,8 @@ impl Rig {
     }
 
     /// Linux's end sends each TCP segment as its own frame, checksum filled
-    /// in: an AF_XDP link with its program generic receives frame by frame,
-    /// so a 64 KB "segment" left to segmentation offload (TSO, GSO) would
-    /// never arrive.
+    /// in, as a host on a wire does: the links' frame-by-frame paths, not
+    /// their cutting of super-segments or finishing of checksums.
     pub fn no_offloads(&self) {
         run(self
             .linux("ethtool")

@@ -20,11 +20,17 @@
 //! page-backed one native XDP needs); generic XDP only widens the skb's
 //! headroom. Measured over a veth pair, exonet ↔ exonet (1 GB, copy mode): a
 //! fifth more throughput in process and a third more through daemons, the
-//! same round trips, connection rates and bulk from Linux. A native program
-//! has one use there: the veth then takes segmentation offload from its
-//! peer, so a Linux end as a veth comes sends frames, where with a generic
-//! program its TCP and UDP super-segments are too long for a chunk and are
-//! dropped by the kernel.
+//! same round trips, connection rates and bulk from Linux.
+//!
+//! A Linux end as a veth comes leaves its segmentation to the veth, which
+//! hands 64 KB super-segments across whole. A generic program takes them in
+//! several chunks (`BPF_F_XDP_HAS_FRAGS`, and the socket bound with
+//! `XDP_USE_SG`): the link gathers a TCP super-segment and cuts it into
+//! frames of the MTU ([`exonet_wire::tso::Cutter`], counted in `rx_super`);
+//! a UDP super-datagram it drops (counted), as only its sender knew where
+//! to cut it. A native program makes the veth take segmentation offload
+//! from its peer, and Linux cuts both itself. With a native program
+//! elsewhere, frames never span chunks, and the socket is bound as always.
 //!
 //! On a veth, Linux leaves the TCP and UDP checksums of its sockets to the
 //! "hardware" (`CHECKSUM_PARTIAL`), and AF_XDP does not say so: a received
@@ -52,8 +58,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::sys::{self, Mmap};
+use exonet_wire::tso::Cutter;
+
 use crate::{
     sendable, LendScratch, Lent, Link, LinkStats, SynListener, LENT_AT_ONCE, MAX_HEADER_LEN,
+    MAX_SUPER_LEN,
 };
 
 mod syn;
@@ -221,6 +230,10 @@ pub struct AfXdp {
     /// received frames whose field holds the pseudo-header sum are finished
     /// ([`exonet_wire::checksum::complete_if_partial`]).
     veth: bool,
+    /// A packet received in several chunks (`XDP_USE_SG`, with a generic
+    /// program: a super-segment Linux left to a veth's segmentation
+    /// offload) is gathered here, then cut.
+    chain: Chain,
     tx_unkicked: bool,
     /// Sends leave the kick to `uncork` ([`Link::cork`]).
     corked: bool,
@@ -344,21 +357,36 @@ impl AfXdp {
         fill.word(fill.producer)
             .store(fill.local, Ordering::Release);
 
-        let sxdp = libc::sockaddr_xdp {
-            sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
-            sxdp_ifindex: ifindex as u32,
-            sxdp_queue_id: cfg.queue,
-            sxdp_shared_umem_fd: 0,
+        let veth = sys::if_driver(ioctl.as_raw_fd(), ifname)? == "veth";
+        // A generic program sees what Linux left whole for a segmentation
+        // offload (a veth's peer's super-segments): taken in several chunks,
+        // where a socket would otherwise drop them. Kernels before 6.6 refuse
+        // the flag, and are bound without it.
+        let generic = matches!(
+            (cfg.mode, veth),
+            (XdpMode::Generic, _) | (XdpMode::Auto, true)
+        );
+        let bind = |flags: u16| {
+            let sxdp = libc::sockaddr_xdp {
+                sxdp_family: libc::AF_XDP as u16,
+                sxdp_flags: flags,
+                sxdp_ifindex: ifindex as u32,
+                sxdp_queue_id: cfg.queue,
+                sxdp_shared_umem_fd: 0,
+            };
+            // SAFETY: passes a live `sockaddr_xdp` and its size.
+            sys::cvt(unsafe {
+                libc::bind(
+                    raw,
+                    (&sxdp as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            })
         };
-        // SAFETY: passes a live `sockaddr_xdp` and its size.
-        sys::cvt(unsafe {
-            libc::bind(
-                raw,
-                (&sxdp as *const libc::sockaddr_xdp).cast(),
-                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        })?;
+        let sg = generic && bind(libc::XDP_USE_NEED_WAKEUP | libc::XDP_USE_SG).is_ok();
+        if !sg {
+            bind(libc::XDP_USE_NEED_WAKEUP)?;
+        }
 
         // The socket must be bound before it can enter the map.
         let map = xskmap(cfg.queue + 1)?;
@@ -370,7 +398,13 @@ impl AfXdp {
             Some(&mut socket),
         )?;
         let syns = syn_map()?;
-        let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &cfg.steer))?;
+        let code = assemble(map.as_raw_fd(), syns.as_raw_fd(), &cfg.steer);
+        // The program reads only the first chunk's headers, so it takes
+        // packets in several (`BPF_F_XDP_HAS_FRAGS`) as they are.
+        let prog = match sg {
+            true => load_xdp(&code, true).or_else(|_| load_xdp(&code, false))?,
+            false => load_xdp(&code, false)?,
+        };
         let attach = |mode: XdpMode| {
             let mut attr = Attr::default();
             attr.put_u32(0, prog.as_raw_fd() as u32);
@@ -390,7 +424,6 @@ impl AfXdp {
                 )
             })
         };
-        let veth = sys::if_driver(ioctl.as_raw_fd(), ifname)? == "veth";
         let (xdp_link, mode) = match cfg.mode {
             XdpMode::Auto if veth => (attach(XdpMode::Generic)?, XdpMode::Generic),
             // A driver without XDP refuses the native attach (EOPNOTSUPP).
@@ -424,6 +457,7 @@ impl AfXdp {
             mtu,
             mac,
             veth,
+            chain: Chain::default(),
             tx_unkicked: false,
             corked: false,
             stats: LinkStats::default(),
@@ -503,6 +537,76 @@ impl AfXdp {
     }
 }
 
+/// A packet received in several chunks, gathered ([`AfXdp::chain`]).
+#[derive(Default)]
+struct Chain {
+    bytes: Vec<u8>,
+    /// Pieces have come, and not the last one yet.
+    active: bool,
+    /// A piece lay outside the UMEM, or the packet outgrew any super-segment.
+    broken: bool,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("len", &self.bytes.len())
+            .field("active", &self.active)
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl Chain {
+    fn push(&mut self, piece: &[u8]) {
+        self.active = true;
+        if self.bytes.len() + piece.len() > MAX_SUPER_LEN {
+            self.broken = true;
+        } else if !self.broken {
+            self.bytes.extend_from_slice(piece);
+        }
+    }
+
+    fn push_broken(&mut self) {
+        self.active = true;
+        self.broken = true;
+    }
+}
+
+impl AfXdp {
+    /// Lends a gathered packet, its buffer kept for the next: a TCP
+    /// super-segment cut into frames of the MTU, each with its checksums
+    /// computed (so passed as good); a frame that fits, as any; anything
+    /// else dropped and counted.
+    fn lend_chain(&mut self, chain: &mut Chain, f: &mut dyn FnMut(&[Lent<'_>])) {
+        let frame = &mut chain.bytes[..];
+        let stats = &mut self.stats;
+        if chain.broken {
+            stats.rx_dropped += 1;
+        } else if let Some(mut c) = Cutter::new(frame, self.mtu) {
+            stats.rx_super += 1;
+            c.cut(frame, usize::MAX, &mut |seg| {
+                stats.rx_frames += 1;
+                stats.rx_bytes += seg.len() as u64;
+                f(&[(seg, true)]);
+            });
+        } else if frame.len() <= self.mtu + MAX_HEADER_LEN {
+            let completed = self.veth && exonet_wire::checksum::complete_if_partial(frame);
+            stats.rx_csum_completed += u64::from(completed);
+            stats.rx_frames += 1;
+            stats.rx_bytes += frame.len() as u64;
+            f(&[(frame, completed)]);
+        } else {
+            // A UDP super-datagram among them: where to cut it only its
+            // sender knew.
+            stats.rx_dropped += 1;
+        }
+        chain.bytes.clear();
+        chain.active = false;
+        chain.broken = false;
+    }
+}
+
 impl Link for AfXdp {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
         self.recv_lent(&mut LendScratch::default(), max, &mut |frames| {
@@ -542,10 +646,32 @@ impl Link for AfXdp {
                 )
             };
             let (addr, len) = (d.addr as usize, d.len as usize);
-            if addr
+            let in_umem = addr
                 .checked_add(len)
-                .is_some_and(|end| end <= self.umem.len())
-            {
+                .is_some_and(|end| end <= self.umem.len());
+            let more = d.options & libc::XDP_PKT_CONTD != 0;
+            if more || self.chain.active {
+                // A piece of a packet in several chunks: gathered, its chunk
+                // given back at once.
+                if in_umem {
+                    // SAFETY: as for a whole frame below; only read, and copied.
+                    let piece =
+                        unsafe { std::slice::from_raw_parts(self.umem.as_ptr().add(addr), len) };
+                    self.chain.push(piece);
+                } else {
+                    self.chain.push_broken();
+                }
+                if !more {
+                    // Its last piece: the frames before it go first.
+                    if k > 0 {
+                        f(&lent[..k]);
+                        k = 0;
+                    }
+                    let mut chain = std::mem::take(&mut self.chain);
+                    self.lend_chain(&mut chain, f);
+                    self.chain = chain;
+                }
+            } else if in_umem {
                 // SAFETY: the chunk is ours until the fill ring's producer index
                 // is published below, after the last slice's callback, and the
                 // kernel does not write it meanwhile; each chunk went to the fill
@@ -810,7 +936,7 @@ pub fn test_run(
     for l in listeners {
         put_syn_listener(&syns, l)?;
     }
-    let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), steer))?;
+    let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), steer), false)?;
     let mut out = vec![0u8; frame.len() + 256];
     let mut attr = Attr::default();
     attr.put_u32(0, prog.as_raw_fd() as u32);
@@ -1051,8 +1177,10 @@ fn assemble(xsks: RawFd, syns: RawFd, steer: &[Ipv4Addr]) -> Vec<u64> {
 /// can overflow its buffer and fail a good program with `ENOSPC`); after a refusal
 /// the program is loaded again with the log, whose end says why. Strict alignment
 /// makes a misaligned packet load fail here, not only where it would trap.
-fn load_xdp(prog: &[u64]) -> io::Result<OwnedFd> {
+fn load_xdp(prog: &[u64], frags: bool) -> io::Result<OwnedFd> {
     const BPF_F_STRICT_ALIGNMENT: u32 = 1;
+    const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
+    let flags = BPF_F_STRICT_ALIGNMENT | if frags { BPF_F_XDP_HAS_FRAGS } else { 0 };
     let license = c"GPL";
     let load = |log: &mut [u8]| {
         let mut attr = Attr::default();
@@ -1065,7 +1193,7 @@ fn load_xdp(prog: &[u64]) -> io::Result<OwnedFd> {
             attr.put_u32(28, log.len() as u32);
             attr.put_u64(32, log.as_mut_ptr() as u64);
         }
-        attr.put_u32(44, BPF_F_STRICT_ALIGNMENT);
+        attr.put_u32(44, flags);
         attr.0[48..48 + 10].copy_from_slice(b"exonet_xsk");
         attr.put_u32(68, BPF_XDP);
         bpf(BPF_PROG_LOAD, &mut attr)
@@ -1098,6 +1226,26 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_is_gathered_until_it_outgrows_a_super_segment() {
+        let mut c = Chain::default();
+        assert!(!c.active);
+        c.push(&[1; 1792]);
+        c.push(&[2; 100]);
+        assert!(c.active && !c.broken);
+        assert_eq!(c.bytes.len(), 1892);
+        assert_eq!(c.bytes[1791..1793], [1, 2]);
+        while c.bytes.len() + 1792 <= MAX_SUPER_LEN {
+            c.push(&[3; 1792]);
+        }
+        assert!(!c.broken);
+        c.push(&[4; 1792]);
+        assert!(c.broken);
+        let mut d = Chain::default();
+        d.push_broken();
+        assert!(d.active && d.broken);
+    }
+
+    #[test]
     fn too_many_addresses_are_refused_up_front() {
         let cfg = Config {
             steer: vec![Ipv4Addr::new(10, 77, 0, 1); MAX_STEER + 1],
@@ -1118,7 +1266,11 @@ mod tests {
             .map(|i| Ipv4Addr::new(10, 77, 0, i))
             .collect();
         for n in 0..=MAX_STEER {
-            load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), &all[..n])).unwrap();
+            load_xdp(
+                &assemble(map.as_raw_fd(), syns.as_raw_fd(), &all[..n]),
+                true,
+            )
+            .unwrap();
         }
     }
 
@@ -1129,7 +1281,7 @@ mod tests {
             return;
         }
         // Returns without setting r0.
-        let e = load_xdp(&[insn(EXIT, 0, 0, 0, 0)]).unwrap_err();
+        let e = load_xdp(&[insn(EXIT, 0, 0, 0, 0)], false).unwrap_err();
         assert!(e.to_string().contains("R0 !read_ok"), "{e}");
     }
 }
