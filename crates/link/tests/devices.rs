@@ -395,6 +395,71 @@ fn afpacket_sends_and_cuts_super_segments() {
     });
 }
 
+/// AF_XDP with its program generic takes a super-segment a peer left to the
+/// veth's segmentation offload in several chunks, gathers it and cuts it into
+/// frames of the MTU, each with its checksums (so said to be good), and never
+/// lends more frames in a call than asked: the cutting goes on in the next.
+#[test]
+fn afxdp_generic_gathers_and_cuts_super_segments() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let (ns, a_name, b_name) = veth_pair("xsg");
+    ns.run(|| {
+        let mut a = afpacket(&a_name, RxMode::Blocks);
+        let cfg = afxdp::Config {
+            mode: XdpMode::Generic,
+            ..afxdp::Config::default()
+        };
+        let mut b = AfXdp::with_config(&b_name, cfg).unwrap();
+        let (frame, payload) = super_segment(a.mac(), b.mac());
+        let small = frames(a.mac(), b.mac(), 1);
+        let batch: Vec<&[u8]> = vec![&frame, &small[0], &frame];
+        assert_eq!(a.send_batch(&batch).unwrap(), 3);
+        assert_eq!(a.stats().tx_super, 2);
+        let mut scratch = LendScratch::default();
+        let (mut n, mut data, mut test_frames) = (0, Vec::new(), 0);
+        let deadline = Instant::now() + PATIENCE;
+        while data.len() < 2 * payload.len() && Instant::now() < deadline {
+            let mut lent = 0;
+            b.recv_lent(&mut scratch, 5, &mut |slice| {
+                for &(f, checked) in slice {
+                    lent += 1;
+                    if is_test_frame(f) {
+                        // Between the two, as sent.
+                        assert_eq!(data.len(), payload.len());
+                        test_frames += 1;
+                        continue;
+                    }
+                    let Ok(ip) = Ipv4Packet::new_checked(&f[14..]) else {
+                        continue;
+                    };
+                    if ip.protocol() != 6 || ip.src_addr() != Ipv4Addr::new(10, 77, 0, 1) {
+                        continue;
+                    }
+                    assert!(f.len() <= 1514, "a frame of {} bytes", f.len());
+                    assert!(ip.verify_checksum());
+                    let seg = TcpPacket::new_checked(ip.payload()).unwrap();
+                    assert!(seg.verify_checksum(ip.src_addr(), ip.dst_addr()));
+                    assert!(checked, "a segment cut here is known good");
+                    n += 1;
+                    data.extend_from_slice(seg.payload());
+                }
+            })
+            .unwrap();
+            assert!(lent <= 5, "{lent} frames lent in a call for 5");
+            if lent == 0 {
+                wait(&b, libc::POLLIN);
+            }
+        }
+        assert_eq!(n, 2 * payload.len().div_ceil(1448));
+        assert!(data[..payload.len()] == payload[..] && data[payload.len()..] == payload[..]);
+        assert_eq!(test_frames, 1);
+        assert_eq!(b.stats().rx_super, 2);
+    });
+}
+
 /// Frames mode hands a lone frame over as soon as the kernel has written it: the
 /// socket turns readable without any timer (the block timeout, which Frames mode does
 /// not use, is set to an hour), a `recv_batch` then gets the frame, and once it has

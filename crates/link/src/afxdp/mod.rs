@@ -545,6 +545,9 @@ struct Chain {
     active: bool,
     /// A piece lay outside the UMEM, or the packet outgrew any super-segment.
     broken: bool,
+    /// The gathered super-segment being cut, a receive batch at a time:
+    /// its segments may outnumber what the caller takes at once.
+    cutter: Option<Cutter>,
 }
 
 impl std::fmt::Debug for Chain {
@@ -553,6 +556,7 @@ impl std::fmt::Debug for Chain {
             .field("len", &self.bytes.len())
             .field("active", &self.active)
             .field("broken", &self.broken)
+            .field("cutting", &self.cutter.is_some())
             .finish()
     }
 }
@@ -574,36 +578,55 @@ impl Chain {
 }
 
 impl AfXdp {
-    /// Lends a gathered packet, its buffer kept for the next: a TCP
-    /// super-segment cut into frames of the MTU, each with its checksums
-    /// computed (so passed as good); a frame that fits, as any; anything
-    /// else dropped and counted.
-    fn lend_chain(&mut self, chain: &mut Chain, f: &mut dyn FnMut(&[Lent<'_>])) {
+    /// Lends a gathered packet, at most `max` frames of it, and returns how
+    /// many frames it lent or dropped; its buffer is kept for the next. A
+    /// TCP super-segment is cut into frames of the MTU, each with its
+    /// checksums computed (so passed as good), over as many calls as `max`
+    /// asks; a frame that fits is lent as any; anything else is dropped and
+    /// counted.
+    fn lend_chain(
+        &mut self,
+        chain: &mut Chain,
+        max: usize,
+        f: &mut dyn FnMut(&[Lent<'_>]),
+    ) -> usize {
         let frame = &mut chain.bytes[..];
         let stats = &mut self.stats;
-        if chain.broken {
-            stats.rx_dropped += 1;
-        } else if let Some(mut c) = Cutter::new(frame, self.mtu) {
-            stats.rx_super += 1;
-            c.cut(frame, usize::MAX, &mut |seg| {
+        let n = if let Some(c) = &mut chain.cutter {
+            let n = c.cut(frame, max, &mut |seg| {
                 stats.rx_frames += 1;
                 stats.rx_bytes += seg.len() as u64;
                 f(&[(seg, true)]);
             });
+            if c.remaining() > 0 {
+                return n;
+            }
+            n
+        } else if chain.broken {
+            stats.rx_dropped += 1;
+            1
+        } else if let Some(c) = Cutter::new(frame, self.mtu) {
+            stats.rx_super += 1;
+            chain.cutter = Some(c);
+            return self.lend_chain(chain, max, f);
         } else if frame.len() <= self.mtu + MAX_HEADER_LEN {
             let completed = self.veth && exonet_wire::checksum::complete_if_partial(frame);
             stats.rx_csum_completed += u64::from(completed);
             stats.rx_frames += 1;
             stats.rx_bytes += frame.len() as u64;
             f(&[(frame, completed)]);
+            1
         } else {
             // A UDP super-datagram among them: where to cut it only its
             // sender knew.
             stats.rx_dropped += 1;
-        }
+            1
+        };
         chain.bytes.clear();
         chain.active = false;
         chain.broken = false;
+        chain.cutter = None;
+        n
     }
 }
 
@@ -630,13 +653,21 @@ impl Link for AfXdp {
         if self.tx_unkicked {
             self.kick()?;
         }
+        // Frames lent or dropped: what `max` bounds. A super-segment being
+        // cut goes on first.
+        let mut n = 0;
+        if self.chain.cutter.is_some() {
+            let mut chain = std::mem::take(&mut self.chain);
+            n += self.lend_chain(&mut chain, max, f);
+            self.chain = chain;
+        }
         let prod = self.rx.word(self.rx.producer).load(Ordering::Acquire);
         let avail = prod.wrapping_sub(self.rx.local).min(self.rx.size) as usize;
-        let take = avail.min(max);
         let mask = !(self.frame_size as u64 - 1);
         let mut lent = [(&[][..], false); LENT_AT_ONCE];
         let mut k = 0;
-        for _ in 0..take {
+        let mut taken = 0;
+        while n < max && taken < avail && self.chain.cutter.is_none() {
             // SAFETY: entries below the Acquire-loaded producer are written.
             let d: libc::xdp_desc = unsafe {
                 std::ptr::read(
@@ -668,7 +699,7 @@ impl Link for AfXdp {
                         k = 0;
                     }
                     let mut chain = std::mem::take(&mut self.chain);
-                    self.lend_chain(&mut chain, f);
+                    n += self.lend_chain(&mut chain, max - n, f);
                     self.chain = chain;
                 }
             } else if in_umem {
@@ -683,11 +714,14 @@ impl Link for AfXdp {
                 self.stats.rx_csum_completed += u64::from(completed);
                 lent[k] = (frame, completed);
                 k += 1;
+                n += 1;
                 self.stats.rx_frames += 1;
                 self.stats.rx_bytes += len as u64;
             } else {
                 self.stats.rx_dropped += 1;
+                n += 1;
             }
+            taken += 1;
             self.rx.local = self.rx.local.wrapping_add(1);
             // The fill ring has room for every receive chunk, so this never overruns.
             // SAFETY: a fill ring entry is 8 bytes and free until published.
@@ -706,7 +740,7 @@ impl Link for AfXdp {
         if k > 0 {
             f(&lent[..k]);
         }
-        if take > 0 {
+        if taken > 0 {
             self.rx
                 .word(self.rx.consumer)
                 .store(self.rx.local, Ordering::Release);
@@ -714,7 +748,7 @@ impl Link for AfXdp {
                 .word(self.fill.producer)
                 .store(self.fill.local, Ordering::Release);
         }
-        if take < max && self.fill.needs_wakeup() {
+        if n < max && self.fill.needs_wakeup() {
             // The driver waits for a nudge before it uses the refilled chunks.
             // SAFETY: a zero-length receive with no buffer and no address.
             unsafe {
@@ -728,7 +762,7 @@ impl Link for AfXdp {
                 )
             };
         }
-        Ok(take)
+        Ok(n)
     }
 
     fn send_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> io::Result<usize> {
