@@ -57,9 +57,9 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::sys::{self, Mmap};
 use exonet_wire::tso::Cutter;
 
+use crate::sys::{self, Mmap};
 use crate::{
     sendable, LendScratch, Lent, Link, LinkStats, SynListener, LENT_AT_ONCE, MAX_HEADER_LEN,
     MAX_SUPER_LEN,
