@@ -8,6 +8,7 @@
 use std::net::Ipv4Addr;
 
 use crate::field::tail_word;
+use crate::ipv4;
 
 /// Shortest data that [`sum`] adds in several carry chains.
 const CHAINS_FROM: usize = 256;
@@ -167,33 +168,36 @@ pub fn fold(acc: u64) -> u16 {
     s + u16::from(c)
 }
 
-/// Where the transport checksum of an Ethernet frame (untagged or behind one
-/// 802.1Q tag) carrying a TCP or UDP/IPv4 packet lies: the IPv4 header's
-/// offset, the packet's transport part (`l3 + ihl .. l3 + total`), its
-/// protocol, and the checksum field's offset in that part. `None` for other
-/// frames, or one cut short.
-fn transport(frame: &[u8]) -> Option<(usize, std::ops::Range<usize>, u8, usize)> {
-    let mut l3 = 14;
-    if frame.get(12..14) == Some(&[0x81, 0x00]) {
-        l3 = 18;
-    }
-    if frame.get(l3 - 2..l3) != Some(&[0x08, 0x00]) {
-        return None;
-    }
-    let vhl = *frame.get(l3)?;
-    let ihl = usize::from(vhl & 0x0f) * 4;
-    let total = frame.get(l3 + 2..l3 + 4)?;
-    let total = usize::from(u16::from_be_bytes([total[0], total[1]]));
-    let proto = *frame.get(l3 + 9)?;
-    let field = match proto {
+/// The sum of the pseudo-header (RFC 9293 §3.1, RFC 768) of the packet of
+/// protocol `proto` in `frame` whose IPv4 header is at `l3`, transport header
+/// at `l4`, and end at `end`.
+pub(crate) fn pseudo_sum_in(frame: &[u8], l3: usize, l4: usize, end: usize, proto: u8) -> u16 {
+    let ip = &frame[l3..l4];
+    let addr = |at: usize| Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
+    pseudo_header_sum(addr(12), addr(16), proto, (end - l4) as u16)
+}
+
+/// The IPv4 packet of a TCP or UDP frame (see [`ipv4::in_frame`]), if long
+/// enough to hold its checksum field, and that field's offset in the
+/// transport part.
+fn transport(frame: &[u8]) -> Option<(ipv4::InFrame, usize)> {
+    let p = ipv4::in_frame(frame)?;
+    let field = match p.proto {
         6 => 16,
         17 => 6,
         _ => return None,
     };
-    if vhl >> 4 != 4 || ihl < 20 || total < ihl + field + 2 || l3 + total > frame.len() {
-        return None;
-    }
-    Some((l3, l3 + ihl..l3 + total, proto, field))
+    (p.end - p.l4 >= field + 2).then_some((p, field))
+}
+
+/// Finishes the transport checksum of packet `p` of `frame`, whose field is
+/// at `field` in the transport part.
+fn finish(frame: &mut [u8], p: ipv4::InFrame, field: usize) {
+    let l4 = &mut frame[p.l4..p.end];
+    let c = !sum(l4);
+    // RFC 768: a computed zero is sent as all ones (zero means "none").
+    let c = if p.proto == 17 && c == 0 { 0xffff } else { c };
+    l4[field..field + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 /// Finishes the TCP or UDP checksum of an Ethernet frame (untagged or behind one
@@ -203,14 +207,10 @@ fn transport(frame: &[u8]) -> Option<(usize, std::ops::Range<usize>, u8, usize)>
 /// transport header and data, that field included, is the checksum's complement.
 /// Returns false, leaving the frame alone, if it is not such a frame or is cut short.
 pub fn complete_partial(frame: &mut [u8]) -> bool {
-    let Some((_, l4, proto, field)) = transport(frame) else {
+    let Some((p, field)) = transport(frame) else {
         return false;
     };
-    let l4 = &mut frame[l4];
-    let c = !sum(l4);
-    // RFC 768: a computed zero is sent as all ones (zero means "none").
-    let c = if proto == 17 && c == 0 { 0xffff } else { c };
-    l4[field..field + 2].copy_from_slice(&c.to_be_bytes());
+    finish(frame, p, field);
     true
 }
 
@@ -224,16 +224,17 @@ pub fn complete_partial(frame: &mut [u8]) -> bool {
 /// from a sender that leaves its checksums so and a path that corrupts nothing
 /// (a veth's peer, whose frames are the same memory).
 pub fn complete_if_partial(frame: &mut [u8]) -> bool {
-    let Some((l3, l4, proto, field)) = transport(frame) else {
+    let Some((p, field)) = transport(frame) else {
         return false;
     };
-    let addr = |at: usize| Ipv4Addr::new(frame[at], frame[at + 1], frame[at + 2], frame[at + 3]);
-    let pseudo = pseudo_header_sum(addr(l3 + 12), addr(l3 + 16), proto, l4.len() as u16);
-    let at = l4.start + field;
-    if u16::from_be_bytes([frame[at], frame[at + 1]]) != pseudo {
+    let at = p.l4 + field;
+    if u16::from_be_bytes([frame[at], frame[at + 1]])
+        != pseudo_sum_in(frame, p.l3, p.l4, p.end, p.proto)
+    {
         return false;
     }
-    complete_partial(frame)
+    finish(frame, p, field);
+    true
 }
 
 /// Copies `src` into `dst` and returns the one's-complement sum of the bytes

@@ -25,6 +25,50 @@ const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
+/// Where an IPv4 packet lies in an Ethernet frame (untagged or behind one
+/// 802.1Q tag): see [`in_frame`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InFrame {
+    /// Offset of the IPv4 header (14, or 18 behind the tag).
+    pub l3: usize,
+    /// Offset of the transport header (past the options).
+    pub l4: usize,
+    /// End of the packet (from its total length).
+    pub end: usize,
+    /// The protocol field.
+    pub proto: u8,
+    /// More fragments follow, or this is not the first.
+    pub fragment: bool,
+}
+
+/// The IPv4 packet of `frame`, if it carries one whose version is 4, whose
+/// header length is at least 20 bytes and within its total length, and which
+/// lies within the frame; `None` otherwise. For the links' offloads, which
+/// read frames where they lie.
+pub(crate) fn in_frame(frame: &[u8]) -> Option<InFrame> {
+    let mut l3 = 14;
+    if frame.get(12..14)? == [0x81, 0x00] {
+        l3 = 18;
+    }
+    if frame.get(l3 - 2..l3)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = frame.get(l3..l3 + MIN_HEADER_LEN)?;
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let total = usize::from(get_u16(ip, 2));
+    let end = l3 + total;
+    if ip[0] >> 4 != 4 || ihl < MIN_HEADER_LEN || total < ihl || end > frame.len() {
+        return None;
+    }
+    Some(InFrame {
+        l3,
+        l4: l3 + ihl,
+        end,
+        proto: ip[9],
+        fragment: get_u16(ip, 6) & (FLAG_MF | OFFSET_MASK) != 0,
+    })
+}
+
 /// A view of an IPv4 datagram.
 #[derive(Debug, Clone)]
 pub struct Ipv4Packet<T: AsRef<[u8]>> {

@@ -18,7 +18,7 @@
 //!   (`CHECKSUM_PARTIAL`).
 
 use crate::checksum;
-use crate::ipv4::Ipv4Addr;
+use crate::ipv4;
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;
@@ -38,34 +38,8 @@ const UDP_HEADER: usize = 8;
 /// in `frame`, if it is an untagged or 802.1Q-tagged Ethernet frame carrying
 /// a whole (unfragmented) IPv4 packet of protocol `proto` that lies within it.
 fn ipv4_packet(frame: &[u8], proto: u8) -> Option<(usize, usize, usize)> {
-    let mut l3 = 14;
-    if frame.get(12..14)? == [0x81, 0x00] {
-        l3 = 18;
-    }
-    if frame.get(l3 - 2..l3)? != [0x08, 0x00] {
-        return None;
-    }
-    let ip = frame.get(l3..l3 + 20)?;
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
-    if ip[0] >> 4 != 4 || ihl < 20 || ip[9] != proto || fragment {
-        return None;
-    }
-    let end = l3 + total;
-    if total < ihl || end > frame.len() {
-        return None;
-    }
-    Some((l3, l3 + ihl, end))
-}
-
-/// The sum of the pseudo-header (RFC 9293 §3.1, RFC 768) of the packet of
-/// protocol `proto` in `frame` whose IPv4 header is at `l3`, transport header
-/// at `l4`, and end at `end`.
-fn pseudo_sum(frame: &[u8], l3: usize, l4: usize, end: usize, proto: u8) -> u16 {
-    let ip = &frame[l3..l4];
-    let addr = |at: usize| Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
-    checksum::pseudo_header_sum(addr(12), addr(16), proto, (end - l4) as u16)
+    let p = ipv4::in_frame(frame).filter(|p| p.proto == proto && !p.fragment)?;
+    Some((p.l3, p.l4, p.end))
 }
 
 /// Where a TCP/IPv4 frame's headers are (see [`TcpSuper::parse`]).
@@ -110,7 +84,7 @@ impl TcpSuper {
     /// `frame`: what the checksum field holds while the checksum is left to
     /// whoever cuts the segment (the `CHECKSUM_PARTIAL` convention).
     pub fn pseudo_sum(&self, frame: &[u8]) -> u16 {
-        pseudo_sum(frame, self.l3, self.l4, self.end, TCP)
+        checksum::pseudo_sum_in(frame, self.l3, self.l4, self.end, TCP)
     }
 }
 
@@ -236,7 +210,7 @@ impl Cutter {
                 seg[l4 + 4..l4 + 6].copy_from_slice(&udp_len.to_be_bytes());
                 l4 + 6
             };
-            let pseudo = pseudo_sum(seg, ip, l4, hl + len, self.proto);
+            let pseudo = checksum::pseudo_sum_in(seg, ip, l4, hl + len, self.proto);
             seg[check..check + 2].copy_from_slice(&pseudo.to_be_bytes());
             // The header's length is even (a multiple of 4), so the sums add.
             let mut c = !checksum::add(checksum::sum(&seg[l4..hl]), checksum::sum(&seg[hl..]));
@@ -274,6 +248,7 @@ mod tests {
     use super::*;
     use crate::build;
     use crate::ethernet::MacAddr;
+    use crate::ipv4::Ipv4Addr;
     use crate::tcp::TcpOption;
     use etherparse::{Ipv4HeaderSlice, TcpSlice, UdpSlice};
     use proptest::prelude::*;
@@ -437,7 +412,7 @@ mod tests {
         );
         frame[14 + 4..14 + 6].copy_from_slice(&0xfffeu16.to_be_bytes());
         let end = frame.len();
-        let partial = pseudo_sum(&frame, 14, 34, end, UDP);
+        let partial = checksum::pseudo_sum_in(&frame, 14, 34, end, UDP);
         frame[40..42].copy_from_slice(&partial.to_be_bytes());
         frame
     }
