@@ -577,6 +577,17 @@ impl Chain {
     }
 }
 
+/// Counts a received frame that fits a chunk, to be lent whole; on a `veth`,
+/// first finishes a checksum Linux left partial. Returns whether its checksum
+/// is known good (finished here).
+fn take_whole(frame: &mut [u8], veth: bool, stats: &mut LinkStats) -> bool {
+    let completed = veth && exonet_wire::checksum::complete_if_partial(frame);
+    stats.rx_csum_completed += u64::from(completed);
+    stats.rx_frames += 1;
+    stats.rx_bytes += frame.len() as u64;
+    completed
+}
+
 impl AfXdp {
     /// Lends a gathered packet, at most `max` frames of it, and returns how
     /// many frames it lent or dropped; its buffer is kept for the next. A
@@ -610,11 +621,8 @@ impl AfXdp {
             chain.cutter = Some(c);
             return self.lend_chain(chain, max, f);
         } else if frame.len() <= self.mtu + MAX_HEADER_LEN {
-            let completed = self.veth && exonet_wire::checksum::complete_if_partial(frame);
-            stats.rx_csum_completed += u64::from(completed);
-            stats.rx_frames += 1;
-            stats.rx_bytes += frame.len() as u64;
-            f(&[(frame, completed)]);
+            let ok = take_whole(frame, self.veth, stats);
+            f(&[(frame, ok)]);
             1
         } else {
             // A UDP super-datagram among them: where to cut it only its
@@ -710,13 +718,10 @@ impl Link for AfXdp {
                 // reference to it lives.
                 let frame =
                     unsafe { std::slice::from_raw_parts_mut(self.umem.as_ptr().add(addr), len) };
-                let completed = self.veth && exonet_wire::checksum::complete_if_partial(frame);
-                self.stats.rx_csum_completed += u64::from(completed);
-                lent[k] = (frame, completed);
+                let ok = take_whole(frame, self.veth, &mut self.stats);
+                lent[k] = (frame, ok);
                 k += 1;
                 n += 1;
-                self.stats.rx_frames += 1;
-                self.stats.rx_bytes += len as u64;
             } else {
                 self.stats.rx_dropped += 1;
                 n += 1;
