@@ -640,9 +640,19 @@ impl AfXdp {
 
 impl Link for AfXdp {
     fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
+        self.recv_batch_checked(&mut |frame, _| f(frame), max)
+    }
+
+    /// Says good the frames whose checksums were finished or computed here
+    /// (a `veth` peer's partial ones, cut super-segments).
+    fn recv_batch_checked(
+        &mut self,
+        f: &mut dyn FnMut(&[u8], bool),
+        max: usize,
+    ) -> io::Result<usize> {
         self.recv_lent(&mut LendScratch::default(), max, &mut |frames| {
-            for &(frame, _) in frames {
-                f(frame);
+            for &(frame, ok) in frames {
+                f(frame, ok);
             }
         })
     }
