@@ -134,12 +134,13 @@ fn tools_and_linux_peers_over_afxdp() {
     tools_and_linux_peers("afxdp", "", 52);
 }
 
-/// Linux sends with `UDP_SEGMENT` (as QUIC stacks do): over a veth the
-/// super-datagram arrives whole, and the afpacket link cuts it by the
-/// segment size in its `virtio_net_hdr`. Every datagram comes back from
-/// `exonet udp-echo` as it was sent, and none is dropped.
-fn linux_udp_super_datagrams_are_cut(suffix: &str, subnet: u8) {
-    let mut rig = Rig::new("afpacket", suffix, subnet);
+/// Linux sends with `UDP_SEGMENT` (as QUIC stacks do): over a veth (or to
+/// a TAP with offloads, from Linux 6.2) the super-datagram arrives whole,
+/// and the link cuts it by the segment size in its `virtio_net_hdr`. Every
+/// datagram comes back from `exonet udp-echo` as it was sent, and none is
+/// dropped.
+fn linux_udp_super_datagrams_are_cut(link: &str, suffix: &str, subnet: u8) {
+    let mut rig = Rig::new(link, suffix, subnet);
     let mut out = echo_on(&mut rig);
     let py = run(rig
         .linux("/usr/bin/python3")
@@ -161,7 +162,7 @@ fn linux_udp_super_datagrams_are_cut_by_afpacket_blocks() {
         eprintln!("skipped: needs root");
         return;
     }
-    linux_udp_super_datagrams_are_cut("", 78);
+    linux_udp_super_datagrams_are_cut("afpacket", "", 78);
 }
 
 #[test]
@@ -170,7 +171,16 @@ fn linux_udp_super_datagrams_are_cut_by_afpacket_frames() {
         eprintln!("skipped: needs root");
         return;
     }
-    linux_udp_super_datagrams_are_cut(":frames", 79);
+    linux_udp_super_datagrams_are_cut("afpacket", ":frames", 79);
+}
+
+#[test]
+fn linux_udp_super_datagrams_are_cut_by_tap() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    linux_udp_super_datagrams_are_cut("tap", "", 83);
 }
 
 #[test]

@@ -39,10 +39,10 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use exonet_wire::ethernet::{ethertype, HEADER_LEN};
-use exonet_wire::tso::{Cutter, TcpSuper};
+use exonet_wire::tso::Cutter;
 
 use crate::sys::{self, Mmap};
+use crate::vnet::{self, Taken};
 use crate::{sendable, Link, LinkStats, MAX_HEADER_LEN, MAX_SUPER_LEN};
 
 /// `TPACKET_ALIGN`: frame headers and data are aligned to this in the rings.
@@ -65,15 +65,6 @@ const RX_FRAME: usize = 2048;
 /// and the link-layer header just before it.
 const V2_RX_ROOM: usize = tpacket_align(libc::TPACKET2_HDRLEN + 16);
 
-/// `struct virtio_net_hdr` (linux/virtio_net.h), in front of every frame in both
-/// rings once `PACKET_VNET_HDR` is on; little-endian fields.
-const VNET_LEN: usize = 10;
-const VNET_F_NEEDS_CSUM: u8 = 1;
-const VNET_GSO_TCPV4: u8 = 1;
-/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP super-datagram (`UDP_SEGMENT`), cut
-/// into datagrams of `gso_size` payload bytes.
-const VNET_GSO_UDP_L4: u8 = 5;
-const VNET_GSO_ECN: u8 = 0x80;
 /// Transmit slots with segmentation offload: each slot holds a super-segment
 /// (128 KiB), so fewer than the default 512 (8 MiB of ring).
 const SUPER_TX_FRAMES: usize = 64;
@@ -273,7 +264,7 @@ impl AfPacket {
         let (rx_frame, rx_frames) = match mode {
             RxMode::Blocks => (RX_FRAME, cfg.block_size / RX_FRAME * cfg.block_count),
             RxMode::Frames => {
-                let slot = (V2_RX_ROOM + VNET_LEN + max_frame).next_power_of_two();
+                let slot = (V2_RX_ROOM + vnet::LEN + max_frame).next_power_of_two();
                 (slot, cfg.block_size / slot * cfg.block_count)
             }
         };
@@ -290,7 +281,10 @@ impl AfPacket {
             ));
         }
         let (tx_max, tx_want) = if vnet {
-            (VNET_LEN + MAX_SUPER_LEN, cfg.tx_frames.min(SUPER_TX_FRAMES))
+            (
+                vnet::LEN + MAX_SUPER_LEN,
+                cfg.tx_frames.min(SUPER_TX_FRAMES),
+            )
         } else {
             (max_frame, cfg.tx_frames)
         };
@@ -499,7 +493,7 @@ impl Blocks {
                 // SAFETY: the frame lies in the current block (checked when the
                 // cut began), which stays ours until released below.
                 let frame = unsafe { frame_mut(map, at, len) };
-                n += cut(&mut c, frame, max - n, stats, f);
+                n += vnet::cut(&mut c, frame, max - n, stats, f);
                 if c.remaining() > 0 {
                     self.cutting = Some((c, at, len, next_offset));
                     break;
@@ -543,11 +537,11 @@ impl Blocks {
                 // SAFETY: the frame lies within the block, which stays ours (and
                 // unchanged by the kernel) until `release`, after the callback returns.
                 let frame = unsafe { frame_mut(map, block + start, len) };
-                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
-                    Lent::Whole => n += 1,
-                    Lent::Dropped => {}
-                    Lent::Super(mut c) => {
-                        n += cut(&mut c, frame, max - n, stats, f);
+                match vnet::lend(frame, vnet, csum_status(h.tp_status), mtu, stats, f) {
+                    Taken::Whole => n += 1,
+                    Taken::Dropped => {}
+                    Taken::Super(mut c) => {
+                        n += vnet::cut(&mut c, frame, max - n, stats, f);
                         if c.remaining() > 0 {
                             self.cutting = Some((c, block + start, len, h.tp_next_offset));
                             break;
@@ -585,24 +579,6 @@ unsafe fn frame_mut(map: &Mmap, at: usize, len: usize) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(map.as_ptr().add(at), len) }
 }
 
-/// Lends the next segments of a super-segment being cut, at most `max`, and
-/// counts them; returns how many.
-fn cut(
-    c: &mut Cutter,
-    frame: &mut [u8],
-    max: usize,
-    stats: &mut LinkStats,
-    f: &mut dyn FnMut(&[u8], bool),
-) -> usize {
-    c.cut(frame, max, &mut |seg| {
-        stats.rx_frames += 1;
-        stats.rx_bytes += seg.len() as u64;
-        // Its checksums were computed here, over bytes Linux took in whole
-        // (merged by GRO only once verified, or sent from this host).
-        f(seg, true);
-    })
-}
-
 /// `TP_STATUS_CSUMNOTREADY` (linux/if_packet.h): the sender (this host, over a
 /// veth or loopback) left the transport checksum to hardware that is not there.
 const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
@@ -610,79 +586,27 @@ const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
 /// (`skb_csum_unnecessary`).
 const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 
-/// Whether `frame` is longer than a frame of `mtu` can be: its header plus
-/// `mtu`, counting an 802.1Q (or 802.1ad) tag only if it has one.
-fn beyond_mtu(frame: &[u8], mtu: usize) -> bool {
-    frame.len() > mtu + MAX_HEADER_LEN
-        || (frame.len() > mtu + HEADER_LEN
-            && !ethertype::is_vlan(u16::from_be_bytes([frame[12], frame[13]])))
+/// What a frame's `tp_status` says of its transport checksum: (left undone
+/// by its sender, verified below).
+fn csum_status(tp_status: u32) -> (bool, bool) {
+    (
+        tp_status & TP_STATUS_CSUMNOTREADY != 0,
+        tp_status & TP_STATUS_CSUM_VALID != 0,
+    )
 }
 
 /// The `virtio_net_hdr` the kernel wrote just before the frame at `frame` in
 /// the ring, if the socket has them (`vnet_len` > 0; the caller checked that
 /// they lie in the same block or slot).
-fn vnet_at(map: &Mmap, frame: usize, vnet_len: usize) -> Option<[u8; VNET_LEN]> {
+fn vnet_at(map: &Mmap, frame: usize, vnet_len: usize) -> Option<[u8; vnet::LEN]> {
     let at = frame
         .checked_sub(vnet_len)
-        .filter(|_| vnet_len == VNET_LEN)?;
+        .filter(|_| vnet_len == vnet::LEN)?;
     debug_assert!(frame <= map.len());
     // SAFETY: the header lies in the mapping, in the block or slot the kernel
     // handed over with the frame (the caller's check), which it does not write
     // until given back.
-    Some(unsafe { std::ptr::read(map.as_ptr().add(at).cast::<[u8; VNET_LEN]>()) })
-}
-
-/// What [`lend`] did with a frame.
-enum Lent {
-    /// Lent to the callback.
-    Whole,
-    /// Dropped: longer than an MTU's frame, and no super-segment.
-    Dropped,
-    /// Not lent: a TCP super-segment or a UDP super-datagram, to be cut ([`cut`]).
-    Super(Cutter),
-}
-
-/// Lends `frame` to `f` and counts it, having first finished a checksum Linux
-/// left undone (`tp_status`), so that every frame handed up carries a valid
-/// one (counted in `rx_csum_completed`); `f` is told whether it is known good
-/// (finished here, or verified below). A TCP super-segment is returned
-/// instead, to be cut into frames that fit `mtu` (counted in `rx_super`), and
-/// so is a UDP super-datagram, to be cut into the datagrams its sender wrote:
-/// their size only the frame's `virtio_net_hdr` (`vnet`) tells.
-fn lend(
-    frame: &mut [u8],
-    vnet: Option<[u8; VNET_LEN]>,
-    tp_status: u32,
-    mtu: usize,
-    stats: &mut LinkStats,
-    f: &mut dyn FnMut(&[u8], bool),
-) -> Lent {
-    let len = frame.len();
-    if beyond_mtu(frame, mtu) {
-        let cutter = match vnet {
-            Some(v) if v[1] & !VNET_GSO_ECN == VNET_GSO_UDP_L4 => {
-                Cutter::udp(frame, usize::from(u16::from_le_bytes([v[4], v[5]])), mtu)
-            }
-            _ => Cutter::new(frame, mtu),
-        };
-        return match cutter {
-            Some(c) => {
-                stats.rx_super += 1;
-                Lent::Super(c)
-            }
-            None => {
-                stats.rx_dropped += 1;
-                Lent::Dropped
-            }
-        };
-    }
-    let completed =
-        tp_status & TP_STATUS_CSUMNOTREADY != 0 && exonet_wire::checksum::complete_partial(frame);
-    stats.rx_csum_completed += u64::from(completed);
-    f(frame, completed || tp_status & TP_STATUS_CSUM_VALID != 0);
-    stats.rx_frames += 1;
-    stats.rx_bytes += len as u64;
-    Lent::Whole
+    Some(unsafe { std::ptr::read(map.as_ptr().add(at).cast::<[u8; vnet::LEN]>()) })
 }
 
 impl Frames {
@@ -705,7 +629,7 @@ impl Frames {
         let mut n = 0;
         while n < max {
             if let Some((mut c, len)) = self.cutting.take() {
-                n += cut(&mut c, &mut self.copy[..len], max - n, stats, f);
+                n += vnet::cut(&mut c, &mut self.copy[..len], max - n, stats, f);
                 if c.remaining() > 0 {
                     self.cutting = Some((c, len));
                     break;
@@ -743,11 +667,11 @@ impl Frames {
                 // ours (and unchanged by the kernel) until released below, after the
                 // callback.
                 let frame = unsafe { frame_mut(map, slot + start, len) };
-                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
-                    Lent::Whole => n += 1,
-                    Lent::Dropped => {}
+                match vnet::lend(frame, vnet, csum_status(h.tp_status), mtu, stats, f) {
+                    Taken::Whole => n += 1,
+                    Taken::Dropped => {}
                     // Cut from a copy, so that the slot can go back now.
-                    Lent::Super(c) => {
+                    Taken::Super(c) => {
                         self.copy[..len].copy_from_slice(frame);
                         self.cutting = Some((c, len));
                     }
@@ -758,10 +682,10 @@ impl Frames {
             if let Some((len, vnet)) = copied {
                 let frame = &mut self.copy[..len];
                 let vnet = (vnet_len > 0).then_some(vnet);
-                match lend(frame, vnet, h.tp_status, mtu, stats, f) {
-                    Lent::Whole => n += 1,
-                    Lent::Dropped => {}
-                    Lent::Super(c) => self.cutting = Some((c, len)),
+                match vnet::lend(frame, vnet, csum_status(h.tp_status), mtu, stats, f) {
+                    Taken::Whole => n += 1,
+                    Taken::Dropped => {}
+                    Taken::Super(c) => self.cutting = Some((c, len)),
                 }
             }
         }
@@ -772,8 +696,8 @@ impl Frames {
 /// Reads the next frame queued whole on packet socket `fd` into the front of
 /// `buf`, its `vnet_len` bytes of `virtio_net_hdr` put aside; returns its
 /// length and that header, or `None` if there was none or it did not fit.
-fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<(usize, [u8; VNET_LEN])> {
-    let mut vnet = [0u8; VNET_LEN];
+fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<(usize, [u8; vnet::LEN])> {
+    let mut vnet = [0u8; vnet::LEN];
     let mut iov = [
         libc::iovec {
             iov_base: vnet.as_mut_ptr().cast(),
@@ -797,31 +721,6 @@ fn recv_copy(fd: RawFd, buf: &mut [u8], vnet_len: usize) -> Option<(usize, [u8; 
     Some((total.checked_sub(vnet_len)?, vnet))
 }
 
-/// The `virtio_net_hdr` that has the kernel cut `frame`, a TCP super-segment
-/// whose packet exceeds `mtu`, into segments that fit it, with their checksums
-/// computed there (`NEEDS_CSUM`: the checksum field gets the pseudo-header sum
-/// that asks for); `None` if `frame` is no such segment.
-fn super_segment(frame: &mut [u8], mtu: usize) -> Option<[u8; VNET_LEN]> {
-    let h = TcpSuper::parse(frame)?;
-    let size = u16::try_from(h.segment_size(mtu)).ok()?;
-    if h.end != frame.len() || h.end - h.l3 <= mtu || size == 0 {
-        return None;
-    }
-    let partial = h.pseudo_sum(frame);
-    frame[h.l4 + 16..h.l4 + 18].copy_from_slice(&partial.to_be_bytes());
-    // RFC 3168 §6.1.2: CWR goes on the first segment only, which the kernel
-    // knows to do for an ECN super-segment.
-    let cwr = frame[h.l4 + 13] & 0x80 != 0;
-    let mut v = [0u8; VNET_LEN];
-    v[0] = VNET_F_NEEDS_CSUM;
-    v[1] = VNET_GSO_TCPV4 | if cwr { VNET_GSO_ECN } else { 0 };
-    v[2..4].copy_from_slice(&(h.payload as u16).to_le_bytes());
-    v[4..6].copy_from_slice(&size.to_le_bytes());
-    v[6..8].copy_from_slice(&(h.l4 as u16).to_le_bytes());
-    v[8..10].copy_from_slice(&16u16.to_le_bytes());
-    Some(v)
-}
-
 impl Link for AfPacket {
     recv_batch_from_checked!();
 
@@ -836,7 +735,7 @@ impl Link for AfPacket {
         if self.tx_unkicked {
             self.kick()?;
         }
-        let vnet_len = if self.vnet { VNET_LEN } else { 0 };
+        let vnet_len = if self.vnet { vnet::LEN } else { 0 };
         Ok(match &mut self.rx {
             RxRing::Blocks(b) => b.recv(&self.map, vnet_len, self.mtu, &mut self.stats, f, max),
             RxRing::Frames(r) => {
@@ -852,7 +751,7 @@ impl Link for AfPacket {
         }
         let cap = self.max_send_len();
         let (status_off, vnet_off) = (self.mode.status_off(), self.mode.tx_data_off());
-        let vnet_len = if self.vnet { VNET_LEN } else { 0 };
+        let vnet_len = if self.vnet { vnet::LEN } else { 0 };
         let data_off = vnet_off + vnet_len;
         let mut n = 0;
         let mut queued = self.tx_unkicked;
@@ -878,10 +777,10 @@ impl Link for AfPacket {
             // The kernel accepts frames beyond MTU + header only if VLAN-tagged or
             // super-segments, and would drop others silently (PACKET_LOSS): count
             // them here instead.
-            let long = beyond_mtu(&buf[..len], self.mtu);
+            let long = vnet::beyond_mtu(&buf[..len], self.mtu);
             let vnet = match (long, self.vnet) {
-                (false, vnet) => vnet.then_some([0; VNET_LEN]),
-                (true, true) => super_segment(&mut buf[..len], self.mtu),
+                (false, vnet) => vnet.then_some([0; vnet::LEN]),
+                (true, true) => vnet::super_segment(&mut buf[..len], self.mtu),
                 (true, false) => None,
             };
             if long && vnet.is_none() {
@@ -890,12 +789,12 @@ impl Link for AfPacket {
             }
             if let Some(v) = vnet {
                 // SAFETY: the slot is ours (AVAILABLE), and its header area ends
-                // `VNET_LEN` bytes before the lent buffer, which lies in the slot.
+                // `vnet::LEN` bytes before the lent buffer, which lies in the slot.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         v.as_ptr(),
                         self.map.as_ptr().add(slot + vnet_off),
-                        VNET_LEN,
+                        vnet::LEN,
                     )
                 };
                 self.stats.tx_super += u64::from(long);

@@ -107,6 +107,7 @@ pub mod segment;
 mod sys;
 pub mod tap;
 pub mod tracer;
+mod vnet;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use fault::{FaultInjector, FaultStats, Faults};

@@ -604,6 +604,56 @@ fn tap_to_afpacket_frames_and_back() {
     tap_to_afpacket_and_back(RxMode::Frames, "tapf");
 }
 
+/// With offloads, a TCP super-segment crosses a TAP whole both ways: one
+/// the TAP sends goes up the kernel's interface as one packet (a packet
+/// socket there takes it whole, and cuts it), and one sent out of the
+/// kernel's interface is read whole and cut by the TAP. Without offloads,
+/// the TAP takes none.
+#[test]
+fn tap_offloads_super_segments_both_ways() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let ns = Netns::new("tapo");
+    let name = format!("exo-o{}", std::process::id());
+    ns.run(|| {
+        let mut tap = Tap::open(&name).unwrap();
+        assert!(tap.offloads());
+        assert!(tap.max_send_len() > 65_000);
+        ip(&["-n", &ns.0, "link", "set", &name, "up"]);
+        let mut kernel = afpacket(&name, RxMode::Frames);
+        assert!(
+            kernel.max_send_len() > 65_000,
+            "the TAP's interface has TSO"
+        );
+
+        let (frame, payload) = super_segment(tap.mac(), tap.kernel_mac());
+        assert_eq!(tap.send_batch(&[&frame[..]]).unwrap(), 1);
+        let (n, got) = recv_segments(&mut kernel, payload.len(), PATIENCE);
+        assert_eq!(n, payload.len().div_ceil(1448));
+        assert!(got == payload, "payload differs");
+        assert_eq!((tap.stats().tx_super, kernel.stats().rx_super), (1, 1));
+
+        let (frame, payload) = super_segment(tap.kernel_mac(), tap.mac());
+        assert_eq!(kernel.send_batch(&[&frame[..]]).unwrap(), 1);
+        let (n, got) = recv_segments(&mut tap, payload.len(), PATIENCE);
+        assert_eq!(n, payload.len().div_ceil(1448));
+        assert!(got == payload, "payload differs");
+        assert_eq!((kernel.stats().tx_super, tap.stats().rx_super), (1, 1));
+        assert_eq!(tap.stats().rx_dropped, 0);
+    });
+    let name = format!("exo-p{}", std::process::id());
+    ns.run(|| {
+        let mut tap = Tap::open_with(&name, false).unwrap();
+        assert!(!tap.offloads());
+        assert_eq!(tap.max_send_len(), tap.max_frame_len());
+        let (frame, _) = super_segment(tap.mac(), tap.kernel_mac());
+        assert_eq!(tap.send_batch(&[&frame[..]]).unwrap(), 1);
+        assert_eq!((tap.stats().tx_frames, tap.stats().tx_dropped), (0, 1));
+    });
+}
+
 /// `XdpMode::Auto` off a veth: native where the driver has XDP (a TAP's
 /// does), and the frames come through it.
 #[test]

@@ -639,9 +639,7 @@ impl AfXdp {
 }
 
 impl Link for AfXdp {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8]), max: usize) -> io::Result<usize> {
-        self.recv_batch_checked(&mut |frame, _| f(frame), max)
-    }
+    recv_batch_from_checked!();
 
     /// Says good the frames whose checksums were finished or computed here
     /// (a `veth` peer's partial ones, cut super-segments).
