@@ -164,9 +164,7 @@ impl Tap {
             _ => Err(e),
         }
     }
-}
 
-impl Tap {
     /// Writes the frame of `len` bytes at the front of `tx_buf`'s frame area,
     /// behind its header if the device has them: none for a frame that fits
     /// the MTU, or the one that has the kernel cut a TCP super-segment.
