@@ -212,6 +212,16 @@ fn tcp_hostile_input_over_afxdp() {
     tcp_hostile_input("afxdp", "", 64);
 }
 
+/// The same over a TAP, whose frames come with a `virtio_net_hdr`.
+#[test]
+fn tcp_hostile_input_over_tap() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    tcp_hostile_input("tap", "", 84);
+}
+
 /// The stream `tcp-bulk` sends and checks, for Python: byte i is i % 251.
 const PATTERN_PY: &str = "block = bytes(i % 251 for i in range(251 * 4096))\n";
 
@@ -365,4 +375,13 @@ fn linux_rst_zero_window_keepalive_over_afxdp() {
         return;
     }
     linux_rst_zero_window_keepalive("afxdp", "", 66);
+}
+
+#[test]
+fn linux_rst_zero_window_keepalive_over_tap() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    linux_rst_zero_window_keepalive("tap", "", 85);
 }

@@ -201,6 +201,15 @@ fn hostile_udp_input_over_afxdp() {
     hostile_udp_input_is_counted_and_forgotten("afxdp", "", 54);
 }
 
+#[test]
+fn hostile_udp_input_over_tap() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    hostile_udp_input_is_counted_and_forgotten("tap", "", 86);
+}
+
 fn hostile_udp_input_is_counted_and_forgotten(link: &str, suffix: &str, subnet: u8) {
     let mut rig = Rig::new(link, suffix, subnet);
     let mut out = echo_on(&mut rig);
