@@ -557,7 +557,7 @@ fn afpacket_frames_wakes_for_a_lone_frame() {
     });
 }
 
-fn tap_to_afpacket_and_back(mode: RxMode, tag: &str) {
+fn tap_to_afpacket_and_back(mode: RxMode, tag: &str, offloads: bool) {
     if !is_root() {
         println!("skipped: needs root");
         return;
@@ -565,7 +565,8 @@ fn tap_to_afpacket_and_back(mode: RxMode, tag: &str) {
     let ns = Netns::new(tag);
     let name = format!("exo-t{}", std::process::id());
     ns.run(|| {
-        let mut tap = Tap::open(&name).unwrap();
+        let mut tap = Tap::open_with(&name, offloads).unwrap();
+        assert_eq!(tap.offloads(), offloads);
         assert_eq!(tap.name(), name);
         assert_ne!(tap.mac(), tap.kernel_mac());
         ip(&["-n", &ns.0, "link", "set", &name, "up"]);
@@ -596,12 +597,18 @@ fn tap_to_afpacket_and_back(mode: RxMode, tag: &str) {
 
 #[test]
 fn tap_to_afpacket_blocks_and_back() {
-    tap_to_afpacket_and_back(RxMode::Blocks, "tap");
+    tap_to_afpacket_and_back(RxMode::Blocks, "tap", true);
 }
 
 #[test]
 fn tap_to_afpacket_frames_and_back() {
-    tap_to_afpacket_and_back(RxMode::Frames, "tapf");
+    tap_to_afpacket_and_back(RxMode::Frames, "tapf", true);
+}
+
+/// The same without the offloads: no `virtio_net_hdr` either way.
+#[test]
+fn tap_without_offloads_to_afpacket_and_back() {
+    tap_to_afpacket_and_back(RxMode::Frames, "tapn", false);
 }
 
 /// With offloads, a TCP super-segment crosses a TAP whole both ways: one
