@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use clap::Args;
 use exonet_link::afpacket::{self, AfPacket, RxMode};
-use exonet_link::{afxdp, memwire, tap::Tap, Link};
+use exonet_link::{afxdp, memwire, tap::Tap, Link, PcapCapture};
 use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig};
 use exonet_shm::control::{connect_or_remove_dead, default_socket_path, SeqListener, SeqPacket};
+use exonet_wire::pcap::{PcapWriter, TsResolution};
 
 #[derive(Debug, Args)]
 pub struct DaemonArgs {
@@ -59,7 +60,21 @@ pub struct DaemonArgs {
     #[arg(long, default_value_t = -10, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-20..=19))]
     nice: i32,
+    /// Write every frame the link moves, both ways, into this pcap file
+    /// (nanosecond timestamps; flushed when the daemon stops). tcpdump sees
+    /// none of an AF_XDP socket's frames: they pass the kernel's taps by.
+    /// Costs a write per frame, and with AF_XDP a copy per received one.
+    #[arg(long, value_name = "FILE")]
+    capture: Option<PathBuf>,
+    /// Bytes kept of each captured frame (as tcpdump's `-s`).
+    #[arg(long, value_name = "BYTES", default_value_t = MAX_SNAPLEN,
+          value_parser = clap::value_parser!(u32).range(64..=MAX_SNAPLEN as i64))]
+    capture_snaplen: u32,
 }
+
+/// The longest frame a capture keeps whole (tcpdump's own limit): a 64 KB
+/// super-segment fits.
+const MAX_SNAPLEN: u32 = 262_144;
 
 /// `ADDR/LEN`.
 pub fn parse_prefix(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -103,7 +118,15 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     // Block the stop signals before any thread starts, so that only the
     // waiter below receives them.
     let signals = block_stop_signals().map_err(|e| format!("signals: {e}"))?;
-    let link = open_link(&args.link, &addrs, &socket)?;
+    // The capture's file first: a refused path fails before the link opens.
+    let capture = match &args.capture {
+        Some(path) => Some(capture_file(path, args.capture_snaplen)?),
+        None => None,
+    };
+    let mut link = open_link(&args.link, &addrs, &socket)?;
+    if let Some(writer) = capture {
+        link = Box::new(PcapCapture::new(link, writer));
+    }
     let (mac, mtu) = (link.mac(), link.max_frame_len());
     let mux = Mux::new(link, addrs, MuxConfig::default());
     let mut config = DaemonConfig::new(socket.clone(), prefixes.clone());
@@ -133,6 +156,64 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     let r = daemon.run().map_err(|e| format!("multiplexer: {e}"));
     eprintln!("exonet daemon: stopped");
     r
+}
+
+/// A new pcap file at `path`, for the link's frames (see
+/// [`DaemonArgs::capture`]).
+fn capture_file(path: &Path, snaplen: u32) -> Result<PcapWriter<CaptureFile>, String> {
+    let file =
+        std::fs::File::create(path).map_err(|e| format!("--capture {}: {e}", path.display()))?;
+    let out = CaptureFile {
+        file: io::BufWriter::with_capacity(1 << 20, file),
+        path: path.to_path_buf(),
+        failed: false,
+    };
+    PcapWriter::with_options(out, TsResolution::Nano, snaplen)
+        .map_err(|e| format!("--capture {}: {e}", path.display()))
+}
+
+/// The capture's file. Its first error is said on stderr (the capture then
+/// stops, and the networking goes on), and it is flushed when the daemon
+/// drops its link.
+struct CaptureFile {
+    file: io::BufWriter<std::fs::File>,
+    path: PathBuf,
+    failed: bool,
+}
+
+impl CaptureFile {
+    fn said<T>(&mut self, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            if !std::mem::replace(&mut self.failed, true) {
+                eprintln!(
+                    "exonet daemon: capture to {}: {e}; the capture stops",
+                    self.path.display()
+                );
+            }
+        }
+        r
+    }
+}
+
+impl io::Write for CaptureFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let r = self.file.write(buf);
+        self.said(r)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.file.flush();
+        self.said(r)
+    }
+}
+
+impl Drop for CaptureFile {
+    fn drop(&mut self) {
+        if !self.failed {
+            let r = io::Write::flush(&mut self.file);
+            let _ = self.said(r);
+        }
+    }
 }
 
 /// Sets this thread's nice value (on Linux a thread's own: threads started

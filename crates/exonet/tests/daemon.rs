@@ -158,6 +158,14 @@ fn bad_command_lines_are_refused_clearly() {
     ] {
         refused(args, "exonet");
     }
+    let args = ["daemon", "--link", "memwire", "--ip", "10.0.0.1/24"];
+    let nowhere = ["--capture", "/nonexistent/exonet.pcap"];
+    refused(
+        &[&args[..], &nowhere].concat(),
+        "--capture /nonexistent/exonet.pcap",
+    );
+    let short = ["--capture", "/tmp/x.pcap", "--capture-snaplen", "10"];
+    refused(&[&args[..], &short].concat(), "64..=262144");
     for nice in ["-21", "20"] {
         let args = ["daemon", "--link", "memwire", "--ip", "10.0.0.1/24"];
         refused(&[&args[..], &["--nice", nice]].concat(), "-20..=19");

@@ -9,7 +9,10 @@
 
 mod common;
 
+use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
+
+use exonet_wire::Ipv4Packet;
 
 use common::netns::{is_root, run, scapy_script, stat, Rig};
 use common::until;
@@ -86,6 +89,42 @@ fn linux_peers_over_afxdp() {
         return;
     }
     serve_linux_peers("afxdp", "", 42);
+}
+
+/// `exonet daemon --capture`: tcpdump sees none of an AF_XDP socket's
+/// frames, and the daemon's own pcap has them, both ways, once it stops.
+#[test]
+fn the_daemon_captures_what_its_link_moves() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("exonet-capture-{}.pcap", std::process::id()));
+    let mut rig = Rig::with_daemon_args("afxdp", "", 88, &["--capture", path.to_str().unwrap()]);
+    run(rig
+        .linux("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", &rig.exo_ip]));
+    // SIGINT stops the daemon, which flushes the capture.
+    let pid = rig.procs[0].id() as libc::pid_t;
+    // SAFETY: a signal to our own child, still unreaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    until("the daemon stops", || {
+        rig.procs[0].try_wait().unwrap().is_some()
+    });
+    let frames = exonet_wire::pcap::read_frames(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let (exo, linux): (Ipv4Addr, Ipv4Addr) =
+        (rig.exo_ip.parse().unwrap(), rig.linux_ip.parse().unwrap());
+    let echoes = |kind: u8, src: Ipv4Addr, dst: Ipv4Addr| {
+        frames
+            .iter()
+            .filter_map(|f| Ipv4Packet::new_checked(f.get(14..)?).ok())
+            .filter(|ip| ip.protocol() == 1 && ip.src_addr() == src && ip.dst_addr() == dst)
+            .filter(|ip| ip.payload().first() == Some(&kind))
+            .count()
+    };
+    assert_eq!(echoes(8, linux, exo), 3, "echo requests in");
+    assert_eq!(echoes(0, exo, linux), 3, "echo replies out");
 }
 
 #[test]

@@ -85,6 +85,11 @@ impl Rig {
     /// (exonet) and .2 (Linux); returns once the daemon listens and Linux's
     /// side is up. `subnet` must be unique among the tests.
     pub fn new(link: &str, suffix: &str, subnet: u8) -> Rig {
+        Rig::with_daemon_args(link, suffix, subnet, &[])
+    }
+
+    /// [`Rig::new`], the daemon started with `extra` arguments too.
+    pub fn with_daemon_args(link: &str, suffix: &str, subnet: u8, extra: &[&str]) -> Rig {
         let tap = link == "tap";
         let pid = std::process::id();
         let dir = std::env::temp_dir().join(format!("exonet-veth-{pid}-{link}{subnet}"));
@@ -130,6 +135,7 @@ impl Rig {
             .args(["daemon", "--link", &format!("{link}:{vx}{suffix}")])
             .args(["--ip", &format!("{}/24", rig.exo_ip), "--socket"])
             .arg(&rig.sock)
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
