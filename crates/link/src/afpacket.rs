@@ -735,7 +735,7 @@ impl Link for AfPacket {
         if self.tx_unkicked {
             self.kick()?;
         }
-        let vnet_len = if self.vnet { vnet::LEN } else { 0 };
+        let vnet_len = vnet::len(self.vnet);
         Ok(match &mut self.rx {
             RxRing::Blocks(b) => b.recv(&self.map, vnet_len, self.mtu, &mut self.stats, f, max),
             RxRing::Frames(r) => {
@@ -751,7 +751,7 @@ impl Link for AfPacket {
         }
         let cap = self.max_send_len();
         let (status_off, vnet_off) = (self.mode.status_off(), self.mode.tx_data_off());
-        let vnet_len = if self.vnet { vnet::LEN } else { 0 };
+        let vnet_len = vnet::len(self.vnet);
         let data_off = vnet_off + vnet_len;
         let mut n = 0;
         let mut queued = self.tx_unkicked;

@@ -170,7 +170,7 @@ impl Tap {
     /// the MTU, or the one that has the kernel cut a TCP super-segment.
     /// `Ok(None)` if it was dropped (counted), else as `write_frame`.
     fn put(&mut self, len: usize) -> io::Result<Option<bool>> {
-        let off = if self.offloads { vnet::LEN } else { 0 };
+        let off = vnet::len(self.offloads);
         if !sendable(len, self.max_send_len()) {
             self.stats.tx_dropped += 1;
             return Ok(None);
@@ -210,7 +210,7 @@ impl Link for Tap {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let off = if self.offloads { vnet::LEN } else { 0 };
+        let off = vnet::len(self.offloads);
         let mut n = 0;
         while n < max {
             if let Some((mut c, len)) = self.cutting.take() {
@@ -271,7 +271,7 @@ impl Link for Tap {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let off = if self.offloads { vnet::LEN } else { 0 };
+        let off = vnet::len(self.offloads);
         let cap = self.max_send_len();
         let mut n = 0;
         loop {
@@ -299,7 +299,7 @@ impl Link for Tap {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
-        let off = if self.offloads { vnet::LEN } else { 0 };
+        let off = vnet::len(self.offloads);
         for (i, frame) in frames.iter().enumerate() {
             let Some(room) = self.tx_buf.get_mut(off..off + frame.len()) else {
                 self.stats.tx_dropped += 1;

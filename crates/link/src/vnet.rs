@@ -12,6 +12,16 @@ use crate::{LinkStats, MAX_HEADER_LEN};
 
 /// Its length without `num_buffers` (which neither link asks for).
 pub(crate) const LEN: usize = 10;
+/// How many bytes of header come before each frame: [`LEN`] where the
+/// headers are `on`, none otherwise.
+pub(crate) fn len(on: bool) -> usize {
+    if on {
+        LEN
+    } else {
+        0
+    }
+}
+
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the transport checksum is left to the
 /// receiver, its field holding the pseudo-header sum.
 pub(crate) const F_NEEDS_CSUM: u8 = 1;

@@ -60,6 +60,7 @@ use std::time::Duration;
 use exonet_wire::tso::Cutter;
 
 use crate::sys::{self, Mmap};
+use crate::vnet;
 use crate::{
     sendable, LendScratch, Lent, Link, LinkStats, SynListener, LENT_AT_ONCE, MAX_HEADER_LEN,
     MAX_SUPER_LEN,
@@ -604,11 +605,7 @@ impl AfXdp {
         let frame = &mut chain.bytes[..];
         let stats = &mut self.stats;
         let n = if let Some(c) = &mut chain.cutter {
-            let n = c.cut(frame, max, &mut |seg| {
-                stats.rx_frames += 1;
-                stats.rx_bytes += seg.len() as u64;
-                f(&[(seg, true)]);
-            });
+            let n = vnet::cut(c, frame, max, stats, &mut |seg, ok| f(&[(seg, ok)]));
             if c.remaining() > 0 {
                 return n;
             }
