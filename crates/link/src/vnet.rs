@@ -135,3 +135,24 @@ pub(crate) fn super_segment(frame: &mut [u8], mtu: usize) -> Option<[u8; LEN]> {
     v[8..10].copy_from_slice(&16u16.to_le_bytes());
     Some(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(len: usize, ethertype: u16) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn only_a_tagged_frame_may_pass_the_mtu_by_its_tag() {
+        let (mtu, ipv4, vlan) = (1500, 0x0800, 0x8100);
+        assert!(!beyond_mtu(&frame(mtu + HEADER_LEN, ipv4), mtu));
+        assert!(beyond_mtu(&frame(mtu + HEADER_LEN + 1, ipv4), mtu));
+        assert!(beyond_mtu(&frame(mtu + MAX_HEADER_LEN, ipv4), mtu));
+        assert!(!beyond_mtu(&frame(mtu + MAX_HEADER_LEN, vlan), mtu));
+        assert!(beyond_mtu(&frame(mtu + MAX_HEADER_LEN + 1, vlan), mtu));
+    }
+}

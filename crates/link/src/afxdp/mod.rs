@@ -617,7 +617,7 @@ impl AfXdp {
             stats.rx_super += 1;
             chain.cutter = Some(c);
             return self.lend_chain(chain, max, f);
-        } else if frame.len() <= self.mtu + MAX_HEADER_LEN {
+        } else if !vnet::beyond_mtu(frame, self.mtu) {
             let ok = take_whole(frame, self.veth, stats);
             f(&[(frame, ok)]);
             1
