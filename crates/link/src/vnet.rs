@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn only_a_tagged_frame_may_pass_the_mtu_by_its_tag() {
-        let (mtu, ipv4, vlan) = (1500, 0x0800, 0x8100);
+        let (mtu, ipv4, vlan) = (1500, ethertype::IPV4, ethertype::VLAN);
         assert!(!beyond_mtu(&frame(mtu + HEADER_LEN, ipv4), mtu));
         assert!(beyond_mtu(&frame(mtu + HEADER_LEN + 1, ipv4), mtu));
         assert!(beyond_mtu(&frame(mtu + MAX_HEADER_LEN, ipv4), mtu));
