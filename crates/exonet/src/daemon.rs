@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use clap::Args;
 use exonet_link::afpacket::{self, AfPacket, RxMode};
+use exonet_link::direct::Rate;
 use exonet_link::{afxdp, memwire, tap::Tap, Link, PcapCapture};
-use exonet_mux::{Daemon, DaemonConfig, Mux, MuxConfig, RunConfig};
+use exonet_mux::{Daemon, DaemonConfig, DirectConfig, Mux, MuxConfig, RunConfig};
 use exonet_shm::control::{connect_or_remove_dead, default_socket_path, SeqListener, SeqPacket};
 use exonet_wire::pcap::{PcapWriter, TsResolution};
 
@@ -70,6 +71,29 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "BYTES", default_value_t = MAX_SNAPLEN,
           value_parser = clap::value_parser!(u32).range(64..=MAX_SNAPLEN as i64))]
     capture_snaplen: u32,
+    /// Give no application a direct send port. With one (on `afxdp` and
+    /// `afpacket` links, where the kernel can check its frames), an
+    /// application writes the frames of its connected TCP channels while
+    /// its transmit ring is empty straight to a macvtap of its own on the
+    /// interface, whose BPF program checks each against the application's
+    /// channels as the transmit scan would: a round trip without the
+    /// hand-off to the daemon. A capture (`--capture`) turns them off, as
+    /// it would not see those frames.
+    #[arg(long)]
+    no_direct: bool,
+    /// Each direct send port's token bucket, in Mbit/s (bursts of 256 KB):
+    /// what an application may send past the transmit scheduler.
+    #[arg(long, value_name = "MBIT", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    direct_rate: u64,
+}
+
+/// The interface of a link whose frames a direct send port's check can
+/// stand for: one the kernel transmits on.
+fn direct_iface(spec: &str) -> Option<&str> {
+    let (kind, rest) = spec.split_once(':')?;
+    let iface = rest.split(':').next().filter(|i| !i.is_empty())?;
+    matches!(kind, "afxdp" | "afpacket").then_some(iface)
 }
 
 /// The longest frame a capture keeps whole (tcpdump's own limit): a 64 KB
@@ -128,7 +152,26 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
         link = Box::new(PcapCapture::new(link, writer));
     }
     let (mac, mtu) = (link.mac(), link.max_frame_len());
-    let mux = Mux::new(link, addrs, MuxConfig::default());
+    let mut mux = Mux::new(link, addrs, MuxConfig::default());
+    let direct = match direct_iface(&args.link) {
+        Some(iface) if !args.no_direct && args.capture.is_none() => {
+            // What a daemon that died left behind.
+            match exonet_link::direct::remove_stale() {
+                Ok(0) => {}
+                Ok(n) => eprintln!("exonet daemon: removed {n} stale direct send ports"),
+                Err(e) => eprintln!("exonet daemon: stale direct send ports: {e}"),
+            }
+            mux.enable_direct(DirectConfig {
+                lower: iface.to_string(),
+                rate: Rate {
+                    bytes_per_sec: args.direct_rate * 125_000,
+                    burst: 256 * 1024,
+                },
+            });
+            format!("direct send ports on {iface}")
+        }
+        _ => "no direct send ports".to_string(),
+    };
     let mut config = DaemonConfig::new(socket.clone(), prefixes.clone());
     config.run = RunConfig {
         idle_spins: args.idle_spins.max(1),
@@ -140,7 +183,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     let stop = daemon.stop_handle();
     on_stop_signal(signals, move || stop.stop());
     eprintln!(
-        "exonet daemon: link {} (MAC {}, frames up to {mtu} bytes), addresses {}, control socket {}, {nice}",
+        "exonet daemon: link {} (MAC {}, frames up to {mtu} bytes), addresses {}, control socket {}, {nice}, {direct}",
         args.link,
         mac.iter()
             .map(|b| format!("{b:02x}"))

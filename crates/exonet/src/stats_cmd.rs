@@ -73,6 +73,7 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
     ("consumed", &["rx_consumed"]),
     ("tx frames", &["tx_frames"]),
     ("tx bytes", &["tx_bytes"]),
+    ("direct", &["direct_frames"]),
     (
         "tx drops",
         &[
@@ -82,6 +83,8 @@ const ENDPOINT_COLUMNS: &[(&str, &[&str])] = &[
             "tx_template_mismatch",
             "tx_frag_no_head",
             "tx_link_error",
+            "direct_refused",
+            "direct_over_rate",
         ],
     ),
     ("rx kcyc", &["rx_cycles"]),

@@ -140,7 +140,7 @@ fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
     let c = conns.lock().unwrap_or_else(|e| e.into_inner()).counts();
     let s = stack.stats();
     let t = &s.tcp;
-    let fields: [(&str, u64); 20] = [
+    let fields: [(&str, u64); 21] = [
         ("tcp_segments", t.segments),
         ("tcp_bad_checksum", t.bad_checksum),
         ("tcp_malformed", t.malformed),
@@ -161,6 +161,7 @@ fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
         ("ipv4_received", s.ipv4.received),
         ("ipv4_dropped", s.ipv4.total_dropped()),
         ("arp_failed", s.arp.failed),
+        ("tx_direct", s.tx.direct),
     ];
     tool::json_object(&fields)
 }
@@ -284,12 +285,13 @@ fn ping_pong(args: &TcpPingpongArgs, target: SocketAddrV4) -> io::Result<()> {
     if args.json {
         println!(
             "{{\"target\":\"{peer}\",\"size\":{size},\"count\":{},\"connect_us\":{:.1},{},\
-             \"retransmitted\":{},\"timeouts\":{}}}",
+             \"retransmitted\":{},\"timeouts\":{},\"tx_direct\":{}}}",
             rtts.len(),
             tool::us(connect),
             tool::rtt_json(summary.as_ref()),
             info.stats.retransmitted,
             info.stats.timeouts,
+            stack.stats().tx.direct,
         );
     } else {
         println!(

@@ -274,6 +274,11 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8, offloads: bool) {
     assert!(out.status.success(), "{s}{}", text(&out.stderr));
     assert_eq!(json_u64(&s, "count"), Some(200), "{s}");
     eprintln!("  {s}");
+    // Where the kernel sends the link's frames, the pings went through the
+    // direct send port, and still every echo matched.
+    if link != "tap" {
+        assert!(json_u64(&s, "tx_direct").unwrap() >= 200, "{s}");
+    }
 
     // Linux's nc against exonet's echo server: a word and 1 MB.
     let (echo, _) = server(
@@ -444,4 +449,66 @@ fn linux_connects_to_a_listener_whose_syns_the_link_answers() {
         "SYNs without timestamps are the stack's"
     );
     assert!(rig.daemon_alive());
+}
+
+/// An application killed mid-connection, its segments sent through its
+/// direct send port (the multiplexer saw only its SYN): the multiplexer
+/// resets the connection with the sequence number the port recorded, which
+/// Linux accepts (RFC 5961 §3.2: only a RST at exactly RCV.NXT resets).
+/// Without the port's record, the multiplexer would have seen no ACK of
+/// ours and sent nothing, and a stale sequence number would draw a
+/// challenge ACK instead.
+#[test]
+fn a_killed_application_is_reset_after_sending_directly() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut rig = Rig::new("afxdp", "", 69);
+    rig.no_offloads();
+    let lin = rig.linux_ip.clone();
+    // Echoes until the connection ends; says how it ended.
+    let echo = format!(
+        "import socket\n\
+         l = socket.create_server(('{lin}', 7100))\n\
+         print('listening', flush=True)\n\
+         c, _ = l.accept()\n\
+         c.settimeout(20)\n\
+         try:\n    while True:\n        d = c.recv(4096)\n        if not d:\n            print('eof', flush=True)\n            break\n        c.sendall(d)\n\
+         except ConnectionResetError:\n    print('reset', flush=True)\n\
+         except socket.timeout:\n    print('timeout', flush=True)\n"
+    );
+    let mut py = rig
+        .linux("timeout")
+        .args(["30", "/usr/bin/python3", "-c", &echo])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    listening(&rig, &format!("{lin}:7100"));
+    let mut client = exonet()
+        .args([
+            "tcp-pingpong",
+            &format!("{lin}:7100"),
+            "--count",
+            "100000000",
+            "--size",
+            "4",
+            "--socket",
+        ])
+        .arg(&rig.sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Pings flowing: Linux's socket has taken some.
+    until("the pings flow", || {
+        let ss = run(rig.linux("ss").args(["-Htni", "sport = :7100"]));
+        text(&ss.stdout).contains("bytes_received:")
+            && !text(&ss.stdout).contains("bytes_received:0 ")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let out = py.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "listening\nreset\n");
+    assert!(stat(&rig.sock, "host", "tcp_aborted") >= 1);
 }

@@ -99,7 +99,9 @@ macro_rules! forward_kicks_to_inner {
 
 pub mod afpacket;
 pub mod afxdp;
+mod bpf;
 mod clock;
+pub mod direct;
 pub mod fault;
 pub mod memwire;
 pub mod pcap;

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use exonet_link::direct::DirectSent;
 use exonet_wire::ethernet::ethertype;
 use exonet_wire::field::{get_u16, get_u32};
 use exonet_wire::ipv4::protocol;
@@ -253,6 +254,21 @@ impl ConnTrack {
             .fin
             .is_some_and(|f| self.peer_ack == Some(f.wrapping_add(1)));
         ours && self.peer_fin_acked
+    }
+
+    /// What the application sent through its direct send port, which the
+    /// multiplexer did not see: data and ACKs only (the port refuses SYN,
+    /// FIN and RST), so it moves SND.MAX, the last acknowledgment sent and
+    /// the next hop, and only forward.
+    pub fn merge_direct(&mut self, d: DirectSent) {
+        if !self.sent || after(d.snd_max, self.snd_max) {
+            self.snd_max = d.snd_max;
+            self.sent = true;
+            self.next_hop = d.next_hop;
+        }
+        if self.ack.is_none_or(|a| after(d.ack, a)) {
+            self.ack = Some(d.ack);
+        }
     }
 
     /// What to do now that the channel goes, at `now`, TIME-WAIT lasting
@@ -747,6 +763,37 @@ mod tests {
         c.on_sent(&out(flags::SYN | flags::ACK, u32::MAX - 1, 9, &[]));
         c.on_sent(&out(flags::ACK | flags::FIN, u32::MAX, 9, b"ab"));
         assert!(matches!(c.fate(t0, TW), Fate::Reset { seq: 2, .. }));
+    }
+
+    #[test]
+    fn what_went_direct_moves_the_reset_forward_only() {
+        let t0 = Instant::now();
+        // The handshake's ACK and data went through the direct send port:
+        // the multiplexer saw the SYN alone, and would not reset.
+        let mut c = ConnTrack::default();
+        c.on_sent(&out(flags::SYN, 1000, 0, &[]));
+        assert_eq!(c.fate(t0, TW), Fate::Done);
+        let hop = [2, 0, 0, 0, 0, 9];
+        c.merge_direct(DirectSent {
+            snd_max: 1501,
+            ack: 5001,
+            next_hop: hop,
+        });
+        assert_eq!(
+            c.fate(t0, TW),
+            Fate::Reset {
+                seq: 1501,
+                to: MacAddr(hop)
+            }
+        );
+        // Older than what the multiplexer sent itself: no change.
+        c.on_sent(&out(flags::ACK, 1501, 5001, b"abc"));
+        c.merge_direct(DirectSent {
+            snd_max: 1400,
+            ack: 4000,
+            next_hop: hop,
+        });
+        assert!(matches!(c.fate(t0, TW), Fate::Reset { seq: 1504, .. }));
     }
 
     #[test]

@@ -261,6 +261,8 @@ pub struct Daemon {
     unanswered_refused: u64,
     /// Connections cut because their socket took no more answers.
     connections_cut: u64,
+    /// A descriptor the reply being made carries ([`Request::OpenDirect`]).
+    reply_fd: Option<OwnedFd>,
 }
 
 impl Daemon {
@@ -297,6 +299,7 @@ impl Daemon {
             conns: HashMap::new(),
             next_conn: 0,
             unanswered_refused: 0,
+            reply_fd: None,
             connections_cut: 0,
         })
     }
@@ -494,7 +497,10 @@ impl Daemon {
                 }
             }
         };
-        reply.is_none_or(|r| self.answer(id, &r))
+        let open = reply.is_none_or(|r| self.answer(id, &r));
+        // Unsent (no answer asked for, or a refusal) it is closed here.
+        self.reply_fd = None;
+        open
     }
 
     /// Writes an answer without blocking; false when the connection is to
@@ -504,7 +510,11 @@ impl Daemon {
         let Some(c) = self.conns.get(&id) else {
             return false;
         };
-        match c.sock.send(&reply.encode(), &[]) {
+        let fds: &[BorrowedFd<'_>] = match (&self.reply_fd, reply) {
+            (Some(fd), Reply::Direct { .. }) => &[fd.as_fd()],
+            _ => &[],
+        };
+        match c.sock.send(&reply.encode(), fds) {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.connections_cut += 1;
@@ -687,6 +697,15 @@ impl Daemon {
                 let ch = self.owned_channel(conn, channel)?;
                 self.mux.answer_syns(ch, &answers).map_err(refused)?;
                 Ok(Reply::Ok)
+            }
+            Request::OpenDirect { endpoint } => {
+                let ep = self.owned(conn, endpoint)?;
+                let (fd, rate) = self.mux.open_direct(ep).map_err(refused)?;
+                self.reply_fd = Some(fd);
+                Ok(Reply::Direct {
+                    bytes_per_sec: rate.bytes_per_sec,
+                    burst: rate.burst,
+                })
             }
             Request::Unbind { channel } => {
                 let ch = self.owned_channel(conn, channel)?;

@@ -69,6 +69,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use exonet_dpf::{Dpf, DpfError, Filter, FilterId};
+use exonet_link::direct::{DirectConn, DirectPort, Rate};
 use exonet_link::{LendScratch, Lent, Link};
 use exonet_shm::{
     Consumer, Desc, DescError, Frames, IdMap, Layout, MuxEndpoint, INLINE_MAX, MAX_PARTS,
@@ -399,6 +400,14 @@ pub struct EndpointStats {
     pub tx_frag_no_head: u64,
     /// Frames the link refused.
     pub tx_link_error: u64,
+    /// Frames the application wrote to its direct send port that the
+    /// kernel's check passed, and their bytes (not in `tx_frames`).
+    pub direct_frames: u64,
+    pub direct_bytes: u64,
+    /// Frames written to the direct send port that failed its check, or
+    /// found its token bucket empty (never sent).
+    pub direct_refused: u64,
+    pub direct_over_rate: u64,
     /// Times a ring index from the application was impossible (a hostile or
     /// broken peer); the ring is skipped for that round.
     pub ring_errors: u64,
@@ -433,6 +442,8 @@ impl EndpointStats {
             + self.tx_template_mismatch
             + self.tx_frag_no_head
             + self.tx_link_error
+            + self.direct_refused
+            + self.direct_over_rate
     }
 
     /// Every counter with its name, for `exonet stats`.
@@ -458,6 +469,10 @@ impl EndpointStats {
             ("tx_template_mismatch", self.tx_template_mismatch),
             ("tx_frag_no_head", self.tx_frag_no_head),
             ("tx_link_error", self.tx_link_error),
+            ("direct_frames", self.direct_frames),
+            ("direct_bytes", self.direct_bytes),
+            ("direct_refused", self.direct_refused),
+            ("direct_over_rate", self.direct_over_rate),
             ("ring_errors", self.ring_errors),
             ("rx_cycles", self.rx_cycles),
             ("copy_cycles", self.copy_cycles),
@@ -600,6 +615,32 @@ struct Endpoint {
     /// A quiet channel took the peer's FIN, and the wake-up it is owed waits
     /// in [`Mux::quiet_fins`].
     fin_owed: bool,
+    /// Its direct send port, once it asked for one ([`Mux::open_direct`]).
+    direct: Option<DirectPort>,
+}
+
+impl Endpoint {
+    /// Its counters, the direct send port's included.
+    fn counters(&self) -> EndpointStats {
+        let mut s = self.stats;
+        if let Some(d) = &self.direct {
+            let d = d.stats();
+            s.direct_frames = d.passed;
+            s.direct_bytes = d.passed_bytes;
+            s.direct_refused = d.refused;
+            s.direct_over_rate = d.over_rate;
+        }
+        s
+    }
+}
+
+/// Where the multiplexer makes direct send ports ([`Mux::enable_direct`]).
+#[derive(Clone, Debug)]
+pub struct DirectConfig {
+    /// The link's interface, which the ports are made on.
+    pub lower: String,
+    /// Each port's token bucket.
+    pub rate: Rate,
 }
 
 impl Endpoint {
@@ -742,6 +783,10 @@ pub struct Mux {
     engine: Option<Engine>,
     /// What handlers sent in this batch, sent at its end.
     handler_tx: HandlerTx,
+    /// Where direct send ports are made, if they are.
+    direct: Option<DirectConfig>,
+    /// Direct send ports made so far (their names number them).
+    direct_made: u32,
 }
 
 /// Frames handlers sent during a receive batch: one invocation's outbox,
@@ -790,7 +835,53 @@ impl Mux {
                 frames: Vec::new(),
             },
             link,
+            direct: None,
+            direct_made: 0,
         }
+    }
+
+    /// Lets endpoints ask for direct send ports ([`Mux::open_direct`]) on
+    /// `config.lower`, which must be the link's interface.
+    pub fn enable_direct(&mut self, config: DirectConfig) {
+        self.direct = Some(config);
+    }
+
+    /// Endpoint `id`'s direct send port, made at its first asking: a copy
+    /// of its descriptor, for the application, and its token bucket. Its
+    /// connected TCP channels, those bound already and those bound later,
+    /// may send through it.
+    pub fn open_direct(
+        &mut self,
+        id: EndpointId,
+    ) -> Result<(std::os::fd::OwnedFd, Rate), MuxError> {
+        let config = self
+            .direct
+            .as_ref()
+            .ok_or_else(|| MuxError::NotPermitted("no direct send ports here".into()))?;
+        let e = self
+            .endpoints
+            .get_mut(&id)
+            .ok_or(MuxError::NoSuchEndpoint(id))?;
+        if e.direct.is_none() {
+            let name = exonet_link::direct::port_name(std::process::id(), self.direct_made);
+            let port = DirectPort::create(&config.lower, &name, self.mac, config.rate)
+                .map_err(|e| MuxError::Link(format!("direct send port: {e}")))?;
+            self.direct_made += 1;
+            for ch in &e.channels {
+                let conn = self.channels.get(&ch.0).and_then(|c| direct_conn(c.spec?));
+                if let Some(conn) = conn {
+                    port.allow(conn)
+                        .map_err(|e| MuxError::Link(format!("direct send port: {e}")))?;
+                }
+            }
+            e.direct = Some(port);
+        }
+        let port = e.direct.as_ref().expect("made above");
+        let fd = port
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| MuxError::Link(format!("direct send port: {e}")))?;
+        Ok((fd, config.rate))
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -831,6 +922,7 @@ impl Mux {
                 free_taken: 0,
                 budget: Budget::default(),
                 fin_owed: false,
+                direct: None,
             },
         );
         id
@@ -847,7 +939,8 @@ impl Mux {
             .ok_or(MuxError::NoSuchEndpoint(id))?;
         let now = Instant::now();
         for &ch in &e.channels {
-            if let Some(c) = self.channels.remove(&ch.0) {
+            if let Some(mut c) = self.channels.remove(&ch.0) {
+                revoke_direct(e.direct.as_ref(), &mut c);
                 self.retire(ch, &c, now);
             }
         }
@@ -1159,7 +1252,19 @@ impl Mux {
         let filter = registry::socket_filter(&spec);
         let template = registry::socket_template(self.mac, &spec);
         match self.install(ep, &[filter], template, Some(spec)) {
-            Ok(ch) => Ok((ch, port)),
+            Ok(ch) => {
+                let direct = self.endpoints.get(&ep).and_then(|e| e.direct.as_ref());
+                if let (Some(d), Some(conn)) = (direct, direct_conn(spec)) {
+                    // Refused rather than bound without it: the application
+                    // would send the connection's frames to a port that
+                    // drops them.
+                    if let Err(e) = d.allow(conn) {
+                        let _ = self.unbind_channel(ch);
+                        return Err(MuxError::Link(format!("direct send port: {e}")));
+                    }
+                }
+                Ok((ch, port))
+            }
             Err(e) => {
                 self.ports.release(spec.proto, port, ep);
                 Err(e)
@@ -1201,11 +1306,16 @@ impl Mux {
     /// 4-tuple is refused ([`MuxError::InTimeWait`]) and the port is not
     /// handed out as an ephemeral one meanwhile.
     pub fn unbind_channel(&mut self, ch: ChannelId) -> Result<(), MuxError> {
-        let c = self
+        let mut c = self
             .channels
             .remove(&ch.0)
             .ok_or(MuxError::NoSuchChannel(ch))?;
         let now = Instant::now();
+        let port = self
+            .endpoints
+            .get(&c.endpoint)
+            .and_then(|e| e.direct.as_ref());
+        revoke_direct(port, &mut c);
         self.retire(ch, &c, now);
         if let Some(spec) = c.spec {
             self.ports.release(spec.proto, spec.local_port, c.endpoint);
@@ -1300,7 +1410,7 @@ impl Mux {
 
     /// Counters of one endpoint.
     pub fn endpoint_stats(&self, id: EndpointId) -> Option<EndpointStats> {
-        self.endpoints.get(&id).map(|e| e.stats)
+        self.endpoints.get(&id).map(Endpoint::counters)
     }
 
     /// Counters of one channel.
@@ -1320,7 +1430,7 @@ impl Mux {
                     privileged: e.privileged,
                     weight: e.weight,
                     channels: e.channels.clone(),
-                    stats: e.stats,
+                    stats: e.counters(),
                 })
                 .collect(),
             channels: {
@@ -2354,6 +2464,30 @@ impl TxFrame {
 }
 
 /// The 4-tuple of a TCP connection's channel (one with a remote).
+/// The connection a channel spec names, as a direct send port keys it.
+fn direct_conn(spec: ChannelSpec) -> Option<DirectConn> {
+    let t = conn_tuple(&spec)?;
+    Some(DirectConn {
+        local: std::net::SocketAddrV4::new(t.local.0, t.local.1),
+        remote: std::net::SocketAddrV4::new(t.remote.0, t.remote.1),
+    })
+}
+
+/// Channel `c` goes: its connection leaves the direct send port, and what
+/// the application sent through the port joins what the multiplexer
+/// followed, so that the connection's fate (its RST's sequence number)
+/// counts every segment.
+fn revoke_direct(port: Option<&DirectPort>, c: &mut Channel) {
+    let (Some(port), Some(conn)) = (port, c.spec.and_then(direct_conn)) else {
+        return;
+    };
+    if let Ok(Some(sent)) = port.revoke(conn) {
+        if let Some(track) = c.conn.as_mut() {
+            track.merge_direct(sent);
+        }
+    }
+}
+
 fn conn_tuple(spec: &ChannelSpec) -> Option<Tuple> {
     let remote = spec.remote.filter(|_| spec.proto == Proto::Tcp)?;
     Some(Tuple {

@@ -92,6 +92,7 @@ fn request() -> impl Strategy<Value = Request> {
                 }
             }),
         any::<u32>().prop_map(|channel| Request::RemoveHandler { channel }),
+        any::<u32>().prop_map(|endpoint| Request::OpenDirect { endpoint }),
         (
             any::<u32>(),
             any::<[u8; 16]>(),
@@ -179,6 +180,10 @@ fn reply() -> impl Strategy<Value = Reply> {
         any::<u32>().prop_map(|endpoint| Reply::Endpoint { endpoint }),
         (any::<u32>(), any::<u16>()).prop_map(|(channel, port)| Reply::Bound { channel, port }),
         any::<u16>().prop_map(|port| Reply::Port { port }),
+        (any::<u64>(), any::<u64>()).prop_map(|(bytes_per_sec, burst)| Reply::Direct {
+            bytes_per_sec,
+            burst
+        }),
         prop::option::of(any::<[u8; 6]>()).prop_map(Reply::Mac),
         (prop::collection::vec(record, 0..STATS_PAGE), any::<bool>())
             .prop_map(|(records, more)| Reply::Stats { records, more }),

@@ -59,6 +59,7 @@ use std::time::Duration;
 
 use exonet_wire::tso::Cutter;
 
+use crate::bpf::{self, *};
 use crate::sys::{self, Mmap};
 use crate::vnet;
 use crate::{
@@ -72,14 +73,6 @@ pub use syn::MAX_SYN_LISTENERS;
 
 /// Headroom the kernel keeps in front of every received frame in a chunk.
 const XDP_PACKET_HEADROOM: usize = 256;
-const BPF_MAP_CREATE: libc::c_int = 0;
-const BPF_MAP_LOOKUP_ELEM: libc::c_int = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
-const BPF_PROG_LOAD: libc::c_int = 5;
-const BPF_PROG_TEST_RUN: libc::c_int = 10;
-const BPF_LINK_CREATE: libc::c_int = 28;
-const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
@@ -407,18 +400,11 @@ impl AfXdp {
             false => load_xdp(&code, false)?,
         };
         let attach = |mode: XdpMode| {
-            let mut attr = Attr::default();
-            attr.put_u32(0, prog.as_raw_fd() as u32);
-            attr.put_u32(4, ifindex as u32);
-            attr.put_u32(8, BPF_XDP);
-            attr.put_u32(
-                12,
-                match mode {
-                    XdpMode::Generic => XDP_FLAGS_SKB_MODE,
-                    _ => XDP_FLAGS_DRV_MODE,
-                },
-            );
-            bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
+            let flags = match mode {
+                XdpMode::Generic => XDP_FLAGS_SKB_MODE,
+                _ => XDP_FLAGS_DRV_MODE,
+            };
+            bpf::link_create(&prog, ifindex as u32, BPF_XDP, flags).map_err(|e| {
                 io::Error::new(
                     e.kind(),
                     format!("attaching XDP to {ifname} ({mode:?}): {e}"),
@@ -436,7 +422,6 @@ impl AfXdp {
             },
             m => (attach(m)?, m),
         };
-        let xdp_link = sys::owned(xdp_link)?;
 
         Ok(AfXdp {
             _xdp_link: xdp_link,
@@ -929,41 +914,8 @@ impl Link for AfXdp {
     }
 }
 
-/// A `union bpf_attr`, zeroed beyond the fields a command sets (the kernel insists).
-#[repr(C, align(8))]
-struct Attr([u8; 128]);
-
-impl Default for Attr {
-    fn default() -> Self {
-        Attr([0; 128])
-    }
-}
-
-impl Attr {
-    fn put_u32(&mut self, off: usize, v: u32) {
-        self.0[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-    }
-
-    fn put_u64(&mut self, off: usize, v: u64) {
-        self.0[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-/// The bpf(2) system call.
-fn bpf(cmd: libc::c_int, attr: &mut Attr) -> io::Result<libc::c_int> {
-    // SAFETY: `attr` is a live, fully initialized buffer of the size passed; pointers
-    // stored in it by callers point to live values for the duration of the call.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.0.as_mut_ptr(), attr.0.len()) };
-    sys::cvt(libc::c_int::try_from(r).map_err(io::Error::other)?)
-}
-
 fn xskmap(entries: u32) -> io::Result<OwnedFd> {
-    let mut attr = Attr::default();
-    attr.put_u32(0, BPF_MAP_TYPE_XSKMAP);
-    attr.put_u32(4, 4);
-    attr.put_u32(8, 4);
-    attr.put_u32(12, entries);
-    sys::owned(bpf(BPF_MAP_CREATE, &mut attr)?)
+    bpf::map_create(BPF_MAP_TYPE_XSKMAP, 4, 4, entries)
 }
 
 /// Runs the XDP program a link steering `steer` would attach, with these
@@ -982,16 +934,7 @@ pub fn test_run(
     }
     let prog = load_xdp(&assemble(map.as_raw_fd(), syns.as_raw_fd(), steer), false)?;
     let mut out = vec![0u8; frame.len() + 256];
-    let mut attr = Attr::default();
-    attr.put_u32(0, prog.as_raw_fd() as u32);
-    attr.put_u32(8, frame.len() as u32);
-    attr.put_u32(12, out.len() as u32);
-    attr.put_u64(16, frame.as_ptr() as u64);
-    attr.put_u64(24, out.as_mut_ptr() as u64);
-    attr.put_u32(32, 1);
-    bpf(BPF_PROG_TEST_RUN, &mut attr)?;
-    let action = u32::from_ne_bytes(attr.0[4..8].try_into().expect("4 bytes"));
-    let len = u32::from_ne_bytes(attr.0[12..16].try_into().expect("4 bytes")) as usize;
+    let (action, len) = bpf::test_run(&prog, frame, &mut out)?;
     out.truncate(len);
     Ok((action, out))
 }
@@ -1002,154 +945,14 @@ fn put_syn_listener(syns: &OwnedFd, l: &SynListener) -> io::Result<()> {
     map_elem(BPF_MAP_UPDATE_ELEM, syns, &key, Some(&mut entry))
 }
 
-/// A map element command (`BPF_MAP_LOOKUP_ELEM`, `_UPDATE_ELEM`,
-/// `_DELETE_ELEM`) on `map` for `key`, with the value it reads or writes.
-/// The slices are the map's key and value sizes.
-fn map_elem(
-    cmd: libc::c_int,
-    map: &OwnedFd,
-    key: &[u8],
-    value: Option<&mut [u8]>,
-) -> io::Result<()> {
-    let mut attr = Attr::default();
-    attr.put_u32(0, map.as_raw_fd() as u32);
-    attr.put_u64(8, key.as_ptr() as u64);
-    if let Some(v) = value {
-        attr.put_u64(16, v.as_mut_ptr() as u64);
-    }
-    bpf(cmd, &mut attr).map(drop)
-}
-
 /// The hash map of [`SynListener`]s, by address and port.
 fn syn_map() -> io::Result<OwnedFd> {
-    let mut attr = Attr::default();
-    attr.put_u32(0, BPF_MAP_TYPE_HASH);
-    attr.put_u32(4, syn::KEY_LEN);
-    attr.put_u32(8, syn::ENTRY_LEN);
-    attr.put_u32(12, MAX_SYN_LISTENERS);
-    sys::owned(bpf(BPF_MAP_CREATE, &mut attr)?)
-}
-
-/// One eBPF instruction: opcode, registers, offset, immediate.
-fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    u64::from(code)
-        | u64::from(src << 4 | dst) << 8
-        | u64::from(off as u16) << 16
-        | u64::from(imm as u32) << 32
-}
-
-// eBPF opcodes used here and in `syn` (class | operation | source).
-const LDX_B: u8 = 0x71;
-const LDX_H: u8 = 0x69;
-const LDX_W: u8 = 0x61;
-const LDX_DW: u8 = 0x79;
-const STX_B: u8 = 0x73;
-const STX_H: u8 = 0x6b;
-const STX_W: u8 = 0x63;
-const STX_DW: u8 = 0x7b;
-const ST_H: u8 = 0x6a;
-const ST_W: u8 = 0x62;
-/// An atomic read-modify-write of a 64-bit word (`imm` 0: add).
-const ATOMIC_DW: u8 = 0xdb;
-const MOV_K: u8 = 0xb7;
-const MOV_X: u8 = 0xbf;
-/// A 32-bit move: keeps the low half and clears the high one.
-const MOV32_X: u8 = 0xbc;
-const ADD_K: u8 = 0x07;
-const ADD_X: u8 = 0x0f;
-const SUB_K: u8 = 0x17;
-const SUB_X: u8 = 0x1f;
-const OR_X: u8 = 0x4f;
-const OR_K: u8 = 0x47;
-const AND_K: u8 = 0x57;
-const XOR_X: u8 = 0xaf;
-const XOR_K: u8 = 0xa7;
-const LSH_K: u8 = 0x67;
-const RSH_K: u8 = 0x77;
-const DIV_K: u8 = 0x37;
-const DIV_X: u8 = 0x3f;
-/// To big-endian (`imm` 16, 32 or 64 bits; the rest cleared).
-const TO_BE: u8 = 0xdc;
-const LD_IMM64: u8 = 0x18;
-const JA: u8 = 0x05;
-const JEQ_K: u8 = 0x15;
-const JNE_K: u8 = 0x55;
-const JGE_K: u8 = 0x35;
-const JLE_K: u8 = 0xb5;
-const JSET_K: u8 = 0x45;
-const JGT_X: u8 = 0x2d;
-const JLE_X: u8 = 0xbd;
-/// A 32-bit compare: an address in the low half of a register against a 32-bit
-/// immediate (the 64-bit one would sign-extend it).
-const JEQ32_K: u8 = 0x16;
-const CALL: u8 = 0x85;
-const EXIT: u8 = 0x95;
-const BPF_PSEUDO_MAP_FD: u8 = 1;
-
-/// A jump target, placed by [`Asm::label`].
-#[derive(Clone, Copy)]
-struct Label(usize);
-
-/// A program under construction whose forward jumps name labels, patched at the end.
-#[derive(Default)]
-struct Asm {
-    code: Vec<u64>,
-    labels: Vec<usize>,
-    jumps: Vec<(usize, Label)>,
-}
-
-impl Asm {
-    fn op(&mut self, code: u8, dst: u8, src: u8, off: i16, imm: i32) {
-        self.code.push(insn(code, dst, src, off, imm));
-    }
-
-    fn new_label(&mut self) -> Label {
-        self.labels.push(usize::MAX);
-        Label(self.labels.len() - 1)
-    }
-
-    fn jump(&mut self, code: u8, dst: u8, src: u8, imm: i32, to: Label) {
-        self.jumps.push((self.code.len(), to));
-        self.op(code, dst, src, 0, imm);
-    }
-
-    fn label(&mut self, l: Label) {
-        self.labels[l.0] = self.code.len();
-    }
-
-    /// `dst = imm` for a 64-bit immediate (two instruction slots).
-    fn ld_imm64(&mut self, dst: u8, imm: u64) {
-        self.op(LD_IMM64, dst, 0, 0, imm as u32 as i32);
-        self.code.push(insn(0, 0, 0, 0, (imm >> 32) as u32 as i32));
-    }
-
-    /// `dst = &map` for the map whose descriptor is `fd`.
-    fn ld_map(&mut self, dst: u8, fd: RawFd) {
-        self.op(LD_IMM64, dst, BPF_PSEUDO_MAP_FD, 0, fd);
-        self.code.push(0);
-    }
-
-    /// `if (data + len > data_end) goto pass;` with `data` in r2 and `data_end` in r3:
-    /// the bounds check the verifier demands before any packet load below `len`.
-    fn need(&mut self, len: i32, pass: Label) {
-        self.op(MOV_X, 4, 2, 0, 0);
-        self.op(ADD_K, 4, 0, 0, len);
-        self.jump(JGT_X, 4, 3, 0, pass);
-    }
-
-    fn finish(mut self) -> Vec<u64> {
-        for (at, to) in self.jumps {
-            // Jump offsets count instructions from the one after the jump.
-            let off = (self.labels[to.0] - at - 1) as u16;
-            self.code[at] = self.code[at] & !(0xffff << 16) | u64::from(off) << 16;
-        }
-        self.code
-    }
-}
-
-/// A 16-bit field as a load from the packet puts it in a register.
-fn wire16(v: u16) -> i32 {
-    i32::from(u16::from_ne_bytes(v.to_be_bytes()))
+    bpf::map_create(
+        BPF_MAP_TYPE_HASH,
+        syn::KEY_LEN,
+        syn::ENTRY_LEN,
+        MAX_SYN_LISTENERS,
+    )
 }
 
 /// The XDP program for `xsks` (the XSKMAP) and the addresses to steer.
@@ -1217,47 +1020,19 @@ fn assemble(xsks: RawFd, syns: RawFd, steer: &[Ipv4Addr]) -> Vec<u64> {
     a.finish()
 }
 
-/// Loads an XDP program. The first try runs without a verifier log (a verbose log
-/// can overflow its buffer and fail a good program with `ENOSPC`); after a refusal
-/// the program is loaded again with the log, whose end says why. Strict alignment
-/// makes a misaligned packet load fail here, not only where it would trap.
+/// Loads an XDP program (see [`bpf::load`]), taking packets in several chunks
+/// if `frags`.
 fn load_xdp(prog: &[u64], frags: bool) -> io::Result<OwnedFd> {
-    const BPF_F_STRICT_ALIGNMENT: u32 = 1;
     const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
-    let flags = BPF_F_STRICT_ALIGNMENT | if frags { BPF_F_XDP_HAS_FRAGS } else { 0 };
-    let license = c"GPL";
-    let load = |log: &mut [u8]| {
-        let mut attr = Attr::default();
-        attr.put_u32(0, BPF_PROG_TYPE_XDP);
-        attr.put_u32(4, prog.len() as u32);
-        attr.put_u64(8, prog.as_ptr() as u64);
-        attr.put_u64(16, license.as_ptr() as u64);
-        if !log.is_empty() {
-            attr.put_u32(24, 1);
-            attr.put_u32(28, log.len() as u32);
-            attr.put_u64(32, log.as_mut_ptr() as u64);
-        }
-        attr.put_u32(44, flags);
-        attr.0[48..48 + 10].copy_from_slice(b"exonet_xsk");
-        attr.put_u32(68, BPF_XDP);
-        bpf(BPF_PROG_LOAD, &mut attr)
-    };
-    let e = match load(&mut []) {
-        Ok(fd) => return sys::owned(fd),
-        Err(e) => e,
-    };
-    let mut log = vec![0u8; 256 * 1024];
-    // Whatever the second try returns (a truncated log is ENOSPC), the first error
-    // is the one to report; should it succeed after all, the program is good.
-    if let Ok(fd) = load(&mut log) {
-        return sys::owned(fd);
-    }
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    let msg = String::from_utf8_lossy(&log[..end]);
-    Err(io::Error::new(
-        e.kind(),
-        format!("loading the XDP program: {e}: {}", msg.trim_end()),
-    ))
+    bpf::load(
+        prog,
+        ProgKind {
+            prog_type: BPF_PROG_TYPE_XDP,
+            attach_type: BPF_XDP,
+            flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
+            name: "exonet_xsk",
+        },
+    )
 }
 
 #[cfg(test)]

@@ -110,8 +110,6 @@ const S_TICK: i16 = -80;
 /// The cookie's MSS values (`exonet_stack`'s table: a cookie carries an index).
 const MSS_TABLE: [u16; 8] = [48, 256, 536, 1220, 1400, 1440, 1460, 8960];
 const TICK_NANOS: u64 = 64_000_000_000;
-const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
-const BPF_FUNC_KTIME_GET_NS: i32 = 5;
 const BPF_FUNC_REDIRECT: i32 = 23;
 /// `ingress_ifindex` in `struct xdp_md`.
 const XDP_MD_INGRESS_IFINDEX: i16 = 12;

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -145,6 +145,18 @@ pub struct Client {
     /// and since when.
     deferred: Vec<Vec<u8>>,
     deferred_since: Option<Instant>,
+    /// The descriptors that came with the last reply read.
+    reply_fds: Vec<OwnedFd>,
+}
+
+/// An endpoint's direct send port, as the multiplexer hands it over.
+#[derive(Debug)]
+pub struct DirectPort {
+    /// Whole frames are written here.
+    pub fd: OwnedFd,
+    /// What the kernel lets through: more is dropped.
+    pub bytes_per_sec: u64,
+    pub burst: u64,
 }
 
 /// How long a request waits for its reply before failing; the multiplexer
@@ -173,6 +185,7 @@ impl Client {
             early: VecDeque::new(),
             deferred: Vec::new(),
             deferred_since: None,
+            reply_fds: Vec::new(),
         };
         match c.request(
             &Request::Hello {
@@ -242,7 +255,10 @@ impl Client {
         };
         let n = match got {
             Ok((0, _)) => return Some(Err(ControlError::Disconnected)),
-            Ok((n, _fds)) => n,
+            Ok((n, fds)) => {
+                self.reply_fds = fds;
+                n
+            }
             Err(e) if !block && e.kind() == io::ErrorKind::WouldBlock => return None,
             Err(e) => return Some(Err(e.into())),
         };
@@ -284,6 +300,28 @@ impl Client {
         let fds = [seg.fd(), app_rx, app_tx, mux_rx, mux_tx];
         match self.request(&Request::CreateEndpoint, &fds)? {
             Reply::Endpoint { endpoint } => Ok((endpoint, seg.into_app(bells))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Opens the endpoint's direct send port ([`Request::OpenDirect`]):
+    /// the descriptor to write its connected TCP channels' frames to, and
+    /// its rate and burst in bytes.
+    pub fn open_direct(&mut self, endpoint: u32) -> Result<DirectPort, ControlError> {
+        match self.request(&Request::OpenDirect { endpoint }, &[])? {
+            Reply::Direct {
+                bytes_per_sec,
+                burst,
+            } => match std::mem::take(&mut self.reply_fds).pop() {
+                Some(fd) => Ok(DirectPort {
+                    fd,
+                    bytes_per_sec,
+                    burst,
+                }),
+                None => Err(ControlError::Protocol(
+                    "a direct send port's reply without its descriptor".into(),
+                )),
+            },
             other => Err(unexpected(other)),
         }
     }

@@ -21,8 +21,9 @@ use std::net::Ipv4Addr;
 /// without a reply ([`NO_REPLY`]). 3: an application may sleep in
 /// `FUTEX_WAIT` ([`crate::WakeWord::FUTEX`]), which a multiplexer of
 /// version 2 would not wake. 4: [`Reply::Info`] carries `max_send`, the
-/// longest frame the link takes (TCP segmentation offload).
-pub const CONTROL_VERSION: u32 = 4;
+/// longest frame the link takes (TCP segmentation offload). 5:
+/// [`Request::OpenDirect`].
+pub const CONTROL_VERSION: u32 = 5;
 /// Set in a request's kind byte: the multiplexer sends no reply. Only on
 /// requests whose success is a bare [`Reply::Ok`]
 /// ([`Request::may_go_unanswered`]); the decoder refuses it elsewhere.
@@ -132,6 +133,13 @@ pub enum Request {
     AnswerSyns {
         channel: u32,
         answers: SynAnswers,
+    },
+    /// Opens the endpoint's direct send port: the [`Reply::Direct`] carries
+    /// one descriptor, to which the application may write whole Ethernet frames
+    /// of its connected TCP channels (not their SYNs, FINs or RSTs); the
+    /// kernel checks each against the channel, as the transmit scan would.
+    OpenDirect {
+        endpoint: u32,
     },
 }
 
@@ -266,6 +274,13 @@ pub enum Reply {
     Error {
         code: ErrorCode,
         message: String,
+    },
+    /// The direct send port ([`Request::OpenDirect`]), its descriptor
+    /// alongside: the kernel passes at most `bytes_per_sec` through it, in
+    /// bursts of at most `burst` bytes, and drops the rest.
+    Direct {
+        bytes_per_sec: u64,
+        burst: u64,
     },
 }
 
@@ -483,6 +498,7 @@ impl Request {
                 .u8(answers.wscale.unwrap_or(NO_WSCALE))
                 .u8(u8::from(answers.sack))
                 .u8(answers.ttl),
+            Request::OpenDirect { endpoint } => e.u8(16).u32(*endpoint),
         };
         e.0
     }
@@ -588,6 +604,7 @@ impl Request {
                 }
             }
             14 => Request::RemoveHandler { channel: d.u32()? },
+            16 => Request::OpenDirect { endpoint: d.u32()? },
             15 => {
                 let channel = d.u32()?;
                 let key = d.take(16)?.try_into().expect("16 bytes");
@@ -678,6 +695,10 @@ impl Reply {
                 &mut e
             }
             Reply::Error { code, message } => e.u8(9).u8(*code as u8).str(message),
+            Reply::Direct {
+                bytes_per_sec,
+                burst,
+            } => e.u8(10).u64(*bytes_per_sec).u64(*burst),
         };
         e.0
     }
@@ -707,6 +728,10 @@ impl Reply {
                 port: d.u16()?,
             },
             6 => Reply::Port { port: d.u16()? },
+            10 => Reply::Direct {
+                bytes_per_sec: d.u64()?,
+                burst: d.u64()?,
+            },
             7 => Reply::Mac(match d.u8()? {
                 0 => None,
                 1 => Some(d.take(6)?.try_into().unwrap()),

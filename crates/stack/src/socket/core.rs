@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use exonet_shm::control::{HandlerSpec, HostInfo, PROTO_UDP};
+use exonet_shm::control::{DirectPort, HandlerSpec, HostInfo, PROTO_UDP};
 use exonet_shm::{
     Consumer, Desc, Frames, IdMap, Notifier, Producer, SegmentConfig, Sleeper, INLINE_MAX,
 };
@@ -76,6 +76,12 @@ pub struct TxStats {
     pub fragmented: u64,
     /// Frames the multiplexer refused (template check or link).
     pub rejected: u64,
+    /// TCP segments written to the direct send port instead of the ring
+    /// (not in `frames`).
+    pub direct: u64,
+    /// Writes the direct send port refused; the segment then went on the
+    /// ring. One that is not a passing refusal closes the port.
+    pub direct_failed: u64,
 }
 
 /// Every counter of a [`Stack`](super::Stack).
@@ -225,6 +231,9 @@ pub(crate) struct Inner {
     /// The segment's part the application's handlers may use.
     pub window: Option<Window>,
     kick: Notifier,
+    /// The endpoint's direct send port ([`Multiplexer::open_direct`]), if
+    /// the multiplexer gave one.
+    direct: Option<Direct>,
     /// Send buffers not in flight.
     tx_pool: Vec<u32>,
     /// TCP send buffers the multiplexer reads in place.
@@ -280,6 +289,45 @@ struct Held {
     frame: Vec<u8>,
 }
 
+/// The direct send port, and a token bucket that keeps what is written
+/// there within what the kernel passes: a frame the bucket cannot pay for
+/// goes on the ring instead of being dropped past the port.
+pub(crate) struct Direct {
+    pub port: std::fs::File,
+    /// Bytes a second and the most tokens held: half the kernel's burst,
+    /// as the two buckets' clocks differ.
+    rate: u64,
+    burst: u64,
+    tokens: u64,
+    last: Time,
+}
+
+impl Direct {
+    fn new(p: DirectPort) -> Direct {
+        Direct {
+            port: p.fd.into(),
+            rate: p.bytes_per_sec,
+            burst: p.burst / 2,
+            tokens: p.burst / 2,
+            last: Time::ZERO,
+        }
+    }
+
+    /// Takes `len` bytes' tokens at `now` if there are that many.
+    pub fn take(&mut self, len: usize, now: Time) -> bool {
+        let ns = now.0.saturating_sub(self.last.0);
+        self.last = self.last.max(now);
+        let earned = (u128::from(ns) * u128::from(self.rate) / 1_000_000_000) as u64;
+        self.tokens = self.tokens.saturating_add(earned).min(self.burst);
+        let len = len as u64;
+        if self.tokens < len {
+            return false;
+        }
+        self.tokens -= len;
+        true
+    }
+}
+
 /// Why a send did not happen now.
 pub(crate) enum SendError {
     /// No send buffer or ring slot: wait for completions.
@@ -320,10 +368,17 @@ impl Inner {
             frame_count: frames + area_frames + window_frames,
             ring_entries: [ring; 4],
         };
-        let (endpoint, app, in_process) = {
+        let (endpoint, app, in_process, direct) = {
             let mut m = lock(&mux);
             let (e, a) = m.create_endpoint(&seg)?;
-            (e, a, m.in_process())
+            // A multiplexer without direct send ports refuses: the ring
+            // carries everything, as before.
+            let direct = config
+                .direct
+                .then(|| m.open_direct(e).ok())
+                .flatten()
+                .map(Direct::new);
+            (e, a, m.in_process(), direct)
         };
         // The multiplexer reports its largest frame with room for an 802.1Q tag.
         let link_mtu = (info.mtu as usize).saturating_sub(ETH_LEN + 4);
@@ -367,6 +422,7 @@ impl Inner {
             frames: app.frames,
             window,
             kick: app.kick,
+            direct,
             tx_pool: tx_bufs.to_vec(),
             send_area,
             to_free: rx_bufs.to_vec(),
@@ -1389,4 +1445,32 @@ fn segment_bytes_mut(frames: &Frames, offset: u32, len: u32) -> Option<&mut [u8]
     // ours touches it until we push its descriptor, after this borrow ends.
     #[allow(unsafe_code)]
     Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len as usize) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_direct_port_pays_from_half_the_kernel_burst_and_earns_at_its_rate() {
+        let port = DirectPort {
+            fd: std::fs::File::open("/dev/null").unwrap().into(),
+            bytes_per_sec: 1_000_000,
+            burst: 2000,
+        };
+        let mut d = Direct::new(port);
+        let t0 = Time(5_000_000_000);
+        assert!(d.take(600, t0));
+        assert!(d.take(400, t0));
+        // Half the burst spent: nothing left until it is earned.
+        assert!(!d.take(1, t0));
+        // 100 µs at 1 MB/s: 100 bytes.
+        assert!(!d.take(101, Time(t0.0 + 100_000)));
+        assert!(d.take(100, Time(t0.0 + 100_000)));
+        // Earning stops at the cap, however long the wait.
+        assert!(!d.take(1001, Time(t0.0 + 60_000_000_000)));
+        assert!(d.take(1000, Time(t0.0 + 60_000_000_000)));
+        // A clock that goes back earns nothing and is not trusted.
+        assert!(!d.take(1, Time(1)));
+    }
 }

@@ -93,6 +93,13 @@ pub struct StackConfig {
     /// a median 14% (5 interleaved pairs) with 5 ms. In process, a bind is a
     /// call: made at once.
     pub lazy_bind: Duration,
+    /// Ask a daemon for a direct send port
+    /// ([`Multiplexer::open_direct`](multiplexer::Multiplexer::open_direct)),
+    /// and write to it the short segments of connections that have their
+    /// own channels (not SYNs, FINs or RSTs) while the tx ring is empty: a
+    /// round trip then waits for no hand-off to the daemon. Bulk stays on
+    /// the ring, where the daemon sends it from its own CPU.
+    pub direct: bool,
 }
 
 /// The largest [`StackConfig::window`].
@@ -138,6 +145,7 @@ impl Default for StackConfig {
             // 16 connections' worth of the default send buffer.
             tcp_send_area: 4 << 20,
             lazy_bind: Duration::from_millis(5),
+            direct: true,
         }
     }
 }

@@ -10,7 +10,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
 
-use exonet_shm::control::{Client, HandlerSpec, HostInfo, SynAnswers};
+use exonet_shm::control::{Client, DirectPort, HandlerSpec, HostInfo, SynAnswers};
 use exonet_shm::{AppEndpoint, SegmentConfig};
 
 /// The multiplexer's services to one application.
@@ -76,6 +76,17 @@ pub trait Multiplexer: Send {
     }
     /// The MAC of a neighbour, or `None` while the multiplexer asks the wire.
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>>;
+    /// The endpoint's direct send port: a descriptor to write whole frames
+    /// of its connected TCP channels to (not SYNs, FINs or RSTs), which the
+    /// kernel checks and sends without the multiplexer. `Unsupported` where
+    /// there is none (in process, the multiplexer is no hand-off away).
+    fn open_direct(&mut self, endpoint: u32) -> io::Result<DirectPort> {
+        let _ = endpoint;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this multiplexer has no direct send ports",
+        ))
+    }
     /// A descriptor that hangs up when the multiplexer goes away.
     fn hangup_fd(&self) -> Option<RawFd> {
         None
@@ -162,6 +173,10 @@ impl Multiplexer for Client {
 
     fn resolve(&mut self, ip: Ipv4Addr) -> io::Result<Option<[u8; 6]>> {
         Ok(Client::resolve(self, ip)?)
+    }
+
+    fn open_direct(&mut self, endpoint: u32) -> io::Result<DirectPort> {
+        Ok(Client::open_direct(self, endpoint)?)
     }
 
     fn hangup_fd(&self) -> Option<RawFd> {

@@ -2473,6 +2473,12 @@ impl Connection {
         self.send_buf.unsent();
     }
 
+    /// The newest segment returned with pieces was copied out whole when it
+    /// was sent (a frame written directly): nothing references its bytes.
+    pub fn reference_copied(&mut self) {
+        self.send_buf.unsent();
+    }
+
     /// Segments sent with pieces and not yet done.
     pub fn references(&self) -> usize {
         self.send_buf.references()
