@@ -464,7 +464,7 @@ fn a_killed_application_is_reset_after_sending_directly() {
         eprintln!("skipped: needs root");
         return;
     }
-    let mut rig = Rig::new("afxdp", "", 69);
+    let rig = Rig::new("afxdp", "", 69);
     rig.no_offloads();
     let lin = rig.linux_ip.clone();
     // Echoes until the connection ends; says how it ended.
@@ -478,7 +478,7 @@ fn a_killed_application_is_reset_after_sending_directly() {
          except ConnectionResetError:\n    print('reset', flush=True)\n\
          except socket.timeout:\n    print('timeout', flush=True)\n"
     );
-    let mut py = rig
+    let py = rig
         .linux("timeout")
         .args(["30", "/usr/bin/python3", "-c", &echo])
         .stdout(Stdio::piped())

@@ -311,3 +311,34 @@ impl Asm {
 pub(crate) fn wire16(v: u16) -> i32 {
     i32::from(u16::from_ne_bytes(v.to_be_bytes()))
 }
+
+/// Offsets in a frame of Ethernet, IPv4 without options and TCP, as the
+/// programs load them.
+pub(crate) mod frame {
+    pub(crate) const ETH_SRC: i16 = 6;
+    pub(crate) const ETH_TYPE: i16 = 12;
+    /// The IPv4 header: version and header length first.
+    pub(crate) const IP: i16 = 14;
+    pub(crate) const IP_LEN: i16 = 16;
+    pub(crate) const IP_ID: i16 = 18;
+    pub(crate) const IP_FRAG: i16 = 20;
+    pub(crate) const IP_TTL: i16 = 22;
+    pub(crate) const IP_PROTO: i16 = 23;
+    pub(crate) const IP_CSUM: i16 = 24;
+    pub(crate) const IP_SRC: i16 = 26;
+    pub(crate) const IP_DST: i16 = 30;
+    /// The TCP header: the source port first.
+    pub(crate) const TCP: i16 = 34;
+    pub(crate) const SPORT: i16 = 34;
+    pub(crate) const DPORT: i16 = 36;
+    pub(crate) const SEQ: i16 = 38;
+    pub(crate) const ACK: i16 = 42;
+    /// The data offset (its high 4 bits), then the flags.
+    pub(crate) const DOFF: i16 = 46;
+    pub(crate) const FLAGS: i16 = 47;
+    pub(crate) const WINDOW: i16 = 48;
+    pub(crate) const TCP_CSUM: i16 = 50;
+    pub(crate) const URG: i16 = 52;
+    /// The first option.
+    pub(crate) const OPT: i16 = 54;
+}

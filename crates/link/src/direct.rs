@@ -58,6 +58,7 @@ use std::net::SocketAddrV4;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 
+use crate::bpf::frame::*;
 use crate::bpf::{self, *};
 use crate::sys;
 
@@ -84,21 +85,9 @@ const SKB_DATA: i16 = 76;
 const SKB_DATA_END: i16 = 80;
 const SKB_GSO_SIZE: i16 = 176;
 
-// Frame offsets: Ethernet, IPv4 without options, TCP.
+// Ethernet, IPv4 without options, TCP (offsets in [`crate::bpf::frame`]).
 const ETH_HLEN: u32 = 14;
 const MIN_FRAME: i32 = 54;
-const IP_VHL: i16 = 14;
-const IP_LEN: i16 = 16;
-const IP_FRAG: i16 = 20;
-const IP_TTL: i16 = 22;
-const IP_PROTO: i16 = 23;
-const IP_SRC: i16 = 26;
-const IP_DST: i16 = 30;
-const PORTS: i16 = 34;
-const SEQ: i16 = 38;
-const ACK: i16 = 42;
-const DOFF: i16 = 46;
-const FLAGS: i16 = 47;
 
 /// The connection map: key the 4-tuple as on the wire (source and
 /// destination address, source and destination port), value what passed.
@@ -476,13 +465,13 @@ fn check_program(conns: RawFd, state: RawFd, mac: [u8; 6], max_len: u32, rate: R
     for (i, pair) in mac.chunks(2).enumerate() {
         expect16(
             &mut a,
-            6 + 2 * i as i16,
+            ETH_SRC + 2 * i as i16,
             u16::from_be_bytes([pair[0], pair[1]]),
         );
     }
-    expect16(&mut a, 12, 0x0800);
+    expect16(&mut a, ETH_TYPE, 0x0800);
     let byte = |a: &mut Asm, off: i16| a.op(LDX_B, 1, 8, off, 0);
-    byte(&mut a, IP_VHL);
+    byte(&mut a, IP);
     a.jump(JNE_K, 1, 0, 0x45, refuse);
     a.op(LDX_H, 1, 8, IP_FRAG, 0);
     a.jump(JSET_K, 1, 0, wire16(0xbfff), refuse);
@@ -513,7 +502,7 @@ fn check_program(conns: RawFd, state: RawFd, mac: [u8; 6], max_len: u32, rate: R
     a.op(STX_DW, 10, 1, K_PAYLOAD, 0);
 
     // An allowed connection.
-    for (i, off) in [IP_SRC, IP_DST, PORTS].into_iter().enumerate() {
+    for (i, off) in [IP_SRC, IP_DST, SPORT].into_iter().enumerate() {
         a.op(LDX_W, 1, 8, off, 0);
         a.op(STX_W, 10, 1, K_CONN + 4 * i as i16, 0);
     }

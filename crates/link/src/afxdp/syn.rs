@@ -28,6 +28,7 @@ use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
 
 use super::*;
+use crate::bpf::frame::*;
 use crate::SynListener;
 
 /// Most listeners a link answers for.
@@ -69,31 +70,10 @@ pub(super) fn entry(l: &SynListener) -> [u8; ENTRY_LEN as usize] {
     e
 }
 
-// Frame offsets: Ethernet, then IPv4 without options, then TCP with 20 option
-// bytes. Every multi-byte access is aligned once NET_IP_ALIGN's 2 bytes are
-// counted (strict alignment).
+/// A SYN's length: Ethernet, then IPv4 without options, then TCP with 20
+/// option bytes (offsets in [`crate::bpf::frame`]). Every multi-byte access
+/// is aligned once NET_IP_ALIGN's 2 bytes are counted (strict alignment).
 const FRAME: i32 = 74;
-const ETH_TYPE: i16 = 12;
-const ETH_SRC: i16 = 6;
-const IP: i16 = 14;
-const IP_LEN: i16 = 16;
-const IP_ID: i16 = 18;
-const IP_FRAG: i16 = 20;
-const IP_TTL: i16 = 22;
-const IP_PROTO: i16 = 23;
-const IP_CSUM: i16 = 24;
-const IP_SRC: i16 = 26;
-const IP_DST: i16 = 30;
-const TCP: i16 = 34;
-const SPORT: i16 = 34;
-const DPORT: i16 = 36;
-const SEQ: i16 = 38;
-const ACK: i16 = 42;
-const DOFF_FLAGS: i16 = 46;
-const WINDOW: i16 = 48;
-const TCP_CSUM: i16 = 50;
-const URG: i16 = 52;
-const OPT: i16 = 54;
 
 // BPF stack slots (below r10).
 const S_KEY: i16 = -8;
@@ -142,7 +122,7 @@ pub(super) fn assemble(a: &mut Asm, syns: RawFd, steer: Label) {
     field(a, LDX_B, IP_SRC);
     a.jump(JGE_K, 5, 0, 224, miss);
     a.jump(JEQ_K, 5, 0, 0, miss);
-    expect(a, LDX_H, DOFF_FLAGS, wire16(0xa002));
+    expect(a, LDX_H, DOFF, wire16(0xa002));
     expect(a, LDX_H, OPT, wire16(0x0204));
     // Linux's order: MSS, SACK-permitted, timestamps, NOP, window scale.
     // exonet's: MSS, NOP, window scale, SACK-permitted, timestamps.
@@ -325,7 +305,7 @@ fn answer(a: &mut Asm) {
     a.op(LDX_DW, 1, 10, S_COOKIE, 0);
     a.op(TO_BE, 1, 0, 0, 32);
     a.op(STX_W, 8, 1, SEQ, 0);
-    a.op(ST_H, 8, 0, DOFF_FLAGS, wire16(0xa012));
+    a.op(ST_H, 8, 0, DOFF, wire16(0xa012));
     a.op(LDX_H, 1, 7, E_WINDOW, 0);
     a.op(TO_BE, 1, 0, 0, 16);
     a.op(STX_H, 8, 1, WINDOW, 0);
