@@ -15,6 +15,7 @@ pub(crate) const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 pub(crate) const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_int = 21;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
+const BPF_PROG_ATTACH: libc::c_int = 8;
 const BPF_LINK_CREATE: libc::c_int = 28;
 pub(crate) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -159,6 +160,17 @@ pub(crate) fn link_create(
     attr.put_u32(8, attach_type);
     attr.put_u32(12, flags);
     sys::owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+/// Attaches `prog` to interface `ifindex` at `attach_type` (a tcx hook) for
+/// as long as the interface lives, whoever holds what descriptors: unlike a
+/// link's, the attachment outlives the process that made it.
+pub(crate) fn prog_attach(prog: &OwnedFd, ifindex: u32, attach_type: u32) -> io::Result<()> {
+    let mut attr = Attr::default();
+    attr.put_u32(0, ifindex);
+    attr.put_u32(4, prog.as_raw_fd() as u32);
+    attr.put_u32(8, attach_type);
+    bpf(BPF_PROG_ATTACH, &mut attr).map(drop)
 }
 
 /// Runs `prog` once over `data` without attaching it (`BPF_PROG_TEST_RUN`),

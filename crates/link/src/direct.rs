@@ -179,8 +179,6 @@ pub struct Rate {
 pub struct DirectPort {
     /// The application's end; the first to close.
     fd: OwnedFd,
-    _egress: OwnedFd,
-    _ingress: OwnedFd,
     conns: OwnedFd,
     state: OwnedFd,
     /// Deleted last, when nothing refers to it any more.
@@ -248,13 +246,16 @@ impl DirectPort {
         )?;
         let drop_all = bpf::load(&drop_program(), tc("exonet_drop", BPF_TCX_INGRESS))?;
         let attach = |prog: &OwnedFd, at: u32, what: &str| {
-            bpf::link_create(prog, tap.ifindex, at, 0)
+            bpf::prog_attach(prog, tap.ifindex, at)
                 .map_err(context(format!("attaching the {what} program to {name}")))
         };
         // Both before it is up and opened: nothing reaches the descriptor
-        // unchecked, either way.
-        let egress = attach(&check, BPF_TCX_EGRESS, "egress")?;
-        let ingress = attach(&drop_all, BPF_TCX_INGRESS, "ingress")?;
+        // unchecked, either way. Attached to the macvtap itself, not through
+        // BPF links, which close with the daemon: a daemon that dies leaves
+        // the applications' descriptors on macvtaps that still check, until
+        // the next daemon deletes them ([`remove_stale`]).
+        attach(&check, BPF_TCX_EGRESS, "egress")?;
+        attach(&drop_all, BPF_TCX_INGRESS, "ingress")?;
         rtnl(Request::link(
             RTM_NEWLINK,
             0,
@@ -265,8 +266,6 @@ impl DirectPort {
         let fd = open_tap(name, tap.ifindex)?;
         Ok(DirectPort {
             fd,
-            _egress: egress,
-            _ingress: ingress,
             conns,
             state,
             _tap: tap,
