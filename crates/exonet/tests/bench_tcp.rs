@@ -37,6 +37,7 @@ fn quick_tcp_suite_reports_every_case_system_and_metric() {
         "exonet-inproc",
         "exonet-inproc-busy",
         "exonet",
+        "exonet-nodirect",
         "linux",
         "linux-busy",
     ] {
@@ -56,7 +57,13 @@ fn quick_tcp_suite_reports_every_case_system_and_metric() {
             want.push((case, system, "gbps", true));
         }
     }
-    for system in ["exonet-inproc", "exonet-inproc-busy", "exonet", "linux"] {
+    for system in [
+        "exonet-inproc",
+        "exonet-inproc-busy",
+        "exonet",
+        "exonet-nodirect",
+        "linux",
+    ] {
         want.push(("tcp-cps-veth", system, "cps", true));
     }
     check_suite(&stdout, "tcp", &want, &["retransmitted", "timeouts"]);

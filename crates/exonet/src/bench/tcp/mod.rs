@@ -23,7 +23,10 @@
 //!   answers them itself, which is cheaper for it.
 //!
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace,
-//! at its default nice of -10, and an application on it), `exonet-offload`
+//! at its default nice of -10, and an application on it, which writes its
+//! short segments to its direct send port), `exonet-nodirect` (round trips
+//! and connections only: the same with `--no-direct`, every frame through
+//! the daemon), `exonet-offload`
 //! (throughput only: the same on `--link afpacket:IF:frames`, whose TCP
 //! segmentation offload the stack uses: super-segments of up to 64 KB cross
 //! the veth whole, as Linux's do with its offloads on), `exonet-inproc`
@@ -105,8 +108,9 @@ const CASES: [&str; 8] = [
     CPS_MEMWIRE,
 ];
 /// In the order of the table's columns.
-const SYSTEMS: [&str; 11] = [
+const SYSTEMS: [&str; 12] = [
     "exonet",
+    "exonet-nodirect",
     "exonet-offload",
     "exonet-inproc",
     "exonet-inproc-busy",
@@ -214,6 +218,7 @@ fn systems(case: &str) -> &'static [&'static str] {
             "exonet-inproc",
             "exonet-inproc-busy",
             "exonet",
+            "exonet-nodirect",
             "linux",
             "linux-busy",
         ],
@@ -228,13 +233,19 @@ fn systems(case: &str) -> &'static [&'static str] {
         LOSS => &["exonet-cubic", "exonet-newreno", "exonet-nosack"],
         MEMWIRE | CPS_MEMWIRE => &["exonet"],
         RTT_MEMWIRE => &["exonet-inproc", "exonet-inproc-busy"],
-        _ => &["exonet-inproc", "exonet-inproc-busy", "exonet", "linux"],
+        _ => &[
+            "exonet-inproc",
+            "exonet-inproc-busy",
+            "exonet",
+            "exonet-nodirect",
+            "linux",
+        ],
     }
 }
 
 fn stack_of(system: &str) -> Stack {
     match system {
-        "exonet" | "exonet-offload" => Stack::Exonet,
+        "exonet" | "exonet-nodirect" | "exonet-offload" => Stack::Exonet,
         "exonet-inproc" => Stack::ExonetInproc,
         "exonet-inproc-busy" => Stack::ExonetInprocBusy,
         "linux-busy" => Stack::LinuxBusy,
@@ -426,7 +437,9 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                         exonet_ips,
                     )
                 });
-                let exonet = |s: &&&str| s.starts_with("exonet") && **s != "exonet-offload";
+                let exonet = |s: &&&str| {
+                    s.starts_with("exonet") && !["exonet-offload", "exonet-nodirect"].contains(*s)
+                };
                 for &system in systems(case).iter().filter(exonet) {
                     rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
                     let stack = stack_of(system);
@@ -438,6 +451,21 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                     };
                     record(system, r);
                 }
+            }
+            if systems(case).contains(&"exonet-nodirect") {
+                // Daemons of their own, without direct send ports.
+                let system = "exonet-nodirect";
+                rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
+                let r = Daemons::start_with(
+                    scratch.path(),
+                    "tcp-nodirect",
+                    links.clone(),
+                    netns.map(Some),
+                    exonet_ips,
+                    &["--no-direct"],
+                )
+                .and_then(|d| on_daemons(&d, &mut ports));
+                record(system, r);
             }
             if systems(case).contains(&"exonet-offload") {
                 // Daemons of their own, once the others are gone.

@@ -67,6 +67,18 @@ impl Daemons {
         netns: [Option<&str>; 2],
         ips: [Ipv4Addr; 2],
     ) -> Result<Daemons, Fail> {
+        Daemons::start_with(dir, tag, links, netns, ips, &[])
+    }
+
+    /// [`Daemons::start`], each daemon given `extra` arguments too.
+    pub fn start_with(
+        dir: &Path,
+        tag: &str,
+        links: [String; 2],
+        netns: [Option<&str>; 2],
+        ips: [Ipv4Addr; 2],
+        extra: &[&str],
+    ) -> Result<Daemons, Fail> {
         let sockets = [0, 1].map(|i| dir.join(format!("{tag}-{i}.sock")));
         let mut procs = Vec::new();
         for i in 0..2 {
@@ -78,7 +90,8 @@ impl Daemons {
                     .arg("--ip")
                     .arg(format!("{}/24", ips[i]))
                     .arg("--socket")
-                    .arg(&sockets[i]);
+                    .arg(&sockets[i])
+                    .args(extra);
                 let mut daemon = Peer::spawn(cmd, &[], &format!("daemon {}", links[i]))?;
                 await_serving(&sockets[i], &mut daemon)?;
                 Ok(daemon)
