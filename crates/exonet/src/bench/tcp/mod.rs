@@ -76,7 +76,6 @@ use crate::bench::endpoint::veth::{Net, ENDS};
 use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::udp::exonet::Serve;
 use crate::bench::udp::rig::{name, run_pair, Daemons, Phases, Scratch};
-use crate::bench::udp::Lazy;
 use crate::bench::{measure, RunOpts};
 use node::{Role, Stack};
 
@@ -425,46 +424,46 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
             measure(Stack::Exonet, netns, exonet_ips, serve, ports, &job)
         };
         for run in 0..runs {
+            let mut order: Vec<&str> = systems(case)
+                .iter()
+                .copied()
+                .filter(|s| s.starts_with("exonet") && *s != "exonet-offload")
+                .collect();
+            // The daemons with and without direct send ports take turns at
+            // running right after the busy-polling systems: whichever did
+            // made a third fewer connections a second in some runs, with
+            // the same daemons.
+            let at = |order: &[&str], s: &str| order.iter().position(|&x| x == s);
+            if let (1, Some(a), Some(b)) =
+                (run % 2, at(&order, "exonet"), at(&order, "exonet-nodirect"))
             {
-                // Daemons for the case's exonet systems, gone before Linux runs
-                // (an XDP program on the pair changes the kernel's path).
-                let mut daemons = Lazy::new(|| {
-                    Daemons::start(
-                        scratch.path(),
-                        "tcp",
-                        links.clone(),
-                        netns.map(Some),
-                        exonet_ips,
-                    )
-                });
-                let exonet = |s: &&&str| {
-                    s.starts_with("exonet") && !["exonet-offload", "exonet-nodirect"].contains(*s)
-                };
-                for &system in systems(case).iter().filter(exonet) {
-                    rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
-                    let stack = stack_of(system);
-                    let r = if stack == Stack::Exonet {
-                        daemons.get().and_then(|d| on_daemons(d, &mut ports))
-                    } else {
-                        let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
-                        measure(stack, netns, exonet_ips, serve, &mut ports, &job)
-                    };
-                    record(system, r);
-                }
+                order.swap(a, b);
             }
-            if systems(case).contains(&"exonet-nodirect") {
-                // Daemons of their own, without direct send ports.
-                let system = "exonet-nodirect";
+            for system in order {
                 rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
-                let r = Daemons::start_with(
-                    scratch.path(),
-                    "tcp-nodirect",
-                    links.clone(),
-                    netns.map(Some),
-                    exonet_ips,
-                    &["--no-direct"],
-                )
-                .and_then(|d| on_daemons(&d, &mut ports));
+                let r = match system {
+                    // Daemons of their own, gone before the next system runs
+                    // (an XDP program on the pair changes the kernel's path).
+                    "exonet" | "exonet-nodirect" => {
+                        let extra: &[&str] = match system {
+                            "exonet" => &[],
+                            _ => &["--no-direct"],
+                        };
+                        Daemons::start_with(
+                            scratch.path(),
+                            system,
+                            links.clone(),
+                            netns.map(Some),
+                            exonet_ips,
+                            extra,
+                        )
+                        .and_then(|d| on_daemons(&d, &mut ports))
+                    }
+                    _ => {
+                        let serve = [0, 1].map(|i| Some(Serve::Link(&links[i])));
+                        measure(stack_of(system), netns, exonet_ips, serve, &mut ports, &job)
+                    }
+                };
                 record(system, r);
             }
             if systems(case).contains(&"exonet-offload") {
