@@ -385,3 +385,98 @@ fn linux_rst_zero_window_keepalive_over_tap() {
     }
     linux_rst_zero_window_keepalive("tap", "", 85);
 }
+
+/// Direct send ports keep to their endpoints: endpoint A's port refuses a
+/// frame of endpoint B's connection (and one of A's own with SYN, or from
+/// another MAC), counted against A; only A's own connection's frame passes.
+/// The frames are written straight to the port's descriptor, as a hostile
+/// application would, not through the protocol library.
+#[test]
+fn a_direct_port_passes_only_its_own_endpoints_connections() {
+    use std::os::fd::AsRawFd;
+
+    use exonet_shm::control::{Client, PROTO_TCP};
+    use exonet_shm::SegmentConfig;
+    use exonet_wire::build::tcp_frame;
+    use exonet_wire::tcp::flags;
+    use exonet_wire::MacAddr;
+
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let rig = Rig::new("afxdp", "", 72);
+    let exo: std::net::Ipv4Addr = rig.exo_ip.parse().unwrap();
+    let lin: std::net::Ipv4Addr = rig.linux_ip.parse().unwrap();
+    let mut c = Client::connect(&rig.sock).unwrap();
+    let mac = MacAddr(c.info().unwrap().mac);
+    let seg = SegmentConfig {
+        frame_size: 2048,
+        frame_count: 64,
+        ring_entries: [64; 4],
+    };
+    let (a, _a_end) = c.create_endpoint(&seg).unwrap();
+    let (b, _b_end) = c.create_endpoint(&seg).unwrap();
+    let remote = Some((lin, 9));
+    let (_, a_port) = c.bind_socket(a, PROTO_TCP, (exo, 0), remote).unwrap();
+    let (_, b_port) = c.bind_socket(b, PROTO_TCP, (exo, 0), remote).unwrap();
+    let port = c.open_direct(a).unwrap();
+    let frame = |from: MacAddr, sport: u16, fl: u8| {
+        tcp_frame(
+            from,
+            MacAddr([2; 6]),
+            exo,
+            lin,
+            sport,
+            9,
+            fl,
+            1,
+            1,
+            &[],
+            b"hi",
+        )
+    };
+    let write = |f: &[u8]| {
+        // SAFETY: a live descriptor and a live buffer of that length.
+        let n = unsafe { libc::write(port.fd.as_raw_fd(), f.as_ptr().cast(), f.len()) };
+        assert_eq!(n, f.len() as isize, "{}", std::io::Error::last_os_error());
+    };
+    let ack = flags::ACK | flags::PSH;
+    write(&frame(mac, b_port, ack));
+    write(&frame(mac, a_port, flags::SYN));
+    write(&frame(MacAddr([2, 0, 0, 0, 0, 0x66]), a_port, ack));
+    write(&frame(mac, a_port, ack));
+    let of = |ep: u32, name: &str| {
+        let records = Client::connect(&rig.sock).unwrap().stats().unwrap();
+        records
+            .iter()
+            .find(|r| r.kind == "endpoint" && r.id == ep)
+            .and_then(|r| r.get(name))
+            .unwrap()
+    };
+    until("the port's counters", || of(a, "direct_refused") == 3);
+    assert_eq!(of(a, "direct_frames"), 1);
+    assert_eq!((of(b, "direct_frames"), of(b, "direct_refused")), (0, 0));
+    // Unbound, A's own connection is refused too.
+    let a_channel = c
+        .bind_socket(a, PROTO_TCP, (exo, 0), Some((lin, 10)))
+        .unwrap();
+    c.unbind(a_channel.0).unwrap();
+    let closed = tcp_frame(
+        mac,
+        MacAddr([2; 6]),
+        exo,
+        lin,
+        a_channel.1,
+        10,
+        ack,
+        1,
+        1,
+        &[],
+        b"x",
+    );
+    write(&closed);
+    until("the closed connection's frame refused", || {
+        of(a, "direct_refused") == 4
+    });
+}
