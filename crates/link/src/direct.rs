@@ -287,9 +287,7 @@ impl DirectPort {
     /// Allows the frames of `c`, with nothing sent yet (an allowed
     /// connection starts over). Fails beyond [`MAX_CONNS`].
     pub fn allow(&self, c: DirectConn) -> io::Result<()> {
-        let mut fresh = [0u8; CONN_LEN];
-        map_elem(BPF_MAP_UPDATE_ELEM, &self.conns, &c.key(), Some(&mut fresh))
-            .map_err(context(format!("allowing {c:?} on {}", self.name)))
+        put_conn(&self.conns, c).map_err(context(format!("allowing {c:?} on {}", self.name)))
     }
 
     /// Stops allowing the frames of `c`; returns what passed for it
@@ -344,6 +342,12 @@ fn tc(name: &'static str, attach_type: u32) -> ProgKind {
         flags: 0,
         name,
     }
+}
+
+/// Puts `c` in the connection map `conns` with nothing sent yet.
+fn put_conn(conns: &OwnedFd, c: DirectConn) -> io::Result<()> {
+    let mut fresh = [0u8; CONN_LEN];
+    map_elem(BPF_MAP_UPDATE_ELEM, conns, &c.key(), Some(&mut fresh))
 }
 
 /// The connection map (empty) and the state map (a full bucket, no counts).
@@ -761,11 +765,10 @@ fn open_tap(name: &str, ifindex: u32) -> io::Result<OwnedFd> {
 }
 
 fn set_tap_flags(fd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<()> {
-    const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
     // SAFETY: `ifreq` is plain data for which all zeroes is valid.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
-    sys::ioctl_ifreq(fd.as_raw_fd(), TUNSETIFF, &mut ifr)
+    sys::ioctl_ifreq(fd.as_raw_fd(), libc::TUNSETIFF as libc::c_ulong, &mut ifr)
 }
 
 /// A name for the `n`th port of process `pid`: `exod{pid}.{n}`, or where
@@ -844,9 +847,8 @@ pub fn test_check(mac: [u8; 6], allowed: &[DirectConn], frame: &[u8]) -> io::Res
         burst: MAX_BURST,
     };
     let (conns, state) = maps(rate)?;
-    for c in allowed {
-        let mut fresh = [0u8; CONN_LEN];
-        map_elem(BPF_MAP_UPDATE_ELEM, &conns, &c.key(), Some(&mut fresh))?;
+    for &c in allowed {
+        put_conn(&conns, c)?;
     }
     let prog = bpf::load(
         &check_program(conns.as_raw_fd(), state.as_raw_fd(), mac, 1514, rate),
@@ -859,6 +861,7 @@ pub fn test_check(mac: [u8; 6], allowed: &[DirectConn], frame: &[u8]) -> io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::is_root;
     use std::net::Ipv4Addr;
     use std::process::Command;
     use std::time::{Duration, Instant};
@@ -867,11 +870,6 @@ mod tests {
     const MAC_B: [u8; 6] = [0x02, 0, 0, 0x77, 0x97, 0x02];
     const SEQ0: u32 = 0xffff_fff0; // wraps within the test
     const ACK0: u32 = 0x1234_5678;
-
-    fn is_root() -> bool {
-        // SAFETY: no arguments, cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
 
     fn conn() -> DirectConn {
         DirectConn {

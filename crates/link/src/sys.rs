@@ -241,3 +241,11 @@ pub fn ioctl_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain system call, no pointers.
     owned(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
 }
+
+/// Whether this process runs as root: tests that need devices skip
+/// without.
+#[cfg(test)]
+pub fn is_root() -> bool {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

@@ -619,6 +619,15 @@ struct Endpoint {
     direct: Option<DirectPort>,
 }
 
+/// Where the multiplexer makes direct send ports ([`Mux::enable_direct`]).
+#[derive(Clone, Debug)]
+pub struct DirectConfig {
+    /// The link's interface, which the ports are made on.
+    pub lower: String,
+    /// Each port's token bucket.
+    pub rate: Rate,
+}
+
 impl Endpoint {
     /// Its counters, the direct send port's included.
     fn counters(&self) -> EndpointStats {
@@ -632,18 +641,7 @@ impl Endpoint {
         }
         s
     }
-}
 
-/// Where the multiplexer makes direct send ports ([`Mux::enable_direct`]).
-#[derive(Clone, Debug)]
-pub struct DirectConfig {
-    /// The link's interface, which the ports are made on.
-    pub lower: String,
-    /// Each port's token bucket.
-    pub rate: Rate,
-}
-
-impl Endpoint {
     /// Whether its tx ring holds work: anything but the same unfinished
     /// chain as when it was last looked at ([`Endpoint::tx_stalled`]).
     fn tx_ready(&mut self) -> bool {
@@ -2463,7 +2461,6 @@ impl TxFrame {
     }
 }
 
-/// The 4-tuple of a TCP connection's channel (one with a remote).
 /// The connection a channel spec names, as a direct send port keys it.
 fn direct_conn(spec: ChannelSpec) -> Option<DirectConn> {
     let t = conn_tuple(&spec)?;
@@ -2488,6 +2485,7 @@ fn revoke_direct(port: Option<&DirectPort>, c: &mut Channel) {
     }
 }
 
+/// The 4-tuple of a TCP connection's channel (one with a remote).
 fn conn_tuple(spec: &ChannelSpec) -> Option<Tuple> {
     let remote = spec.remote.filter(|_| spec.proto == Proto::Tcp)?;
     Some(Tuple {

@@ -1038,11 +1038,7 @@ fn load_xdp(prog: &[u64], frags: bool) -> io::Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn is_root() -> bool {
-        // SAFETY: no arguments, cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
+    use crate::sys::is_root;
 
     #[test]
     fn a_chain_is_gathered_until_it_outgrows_a_super_segment() {

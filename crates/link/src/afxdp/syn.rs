@@ -466,6 +466,7 @@ fn sip_round(a: &mut Asm) {
 mod tests {
     use super::super::test_run;
     use super::*;
+    use crate::sys::is_root;
     use exonet_wire::build::tcp_frame;
     use exonet_wire::tcp::{flags, SynAnswers, TcpOption};
     use exonet_wire::{Ipv4Packet, Ipv4Repr, MacAddr, TcpPacket, TcpRepr};
@@ -474,11 +475,6 @@ mod tests {
     const PEER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
     const XDP_PASS: u32 = 2;
     const XDP_REDIRECT: u32 = 4;
-
-    fn is_root() -> bool {
-        // SAFETY: no arguments, cannot fail.
-        unsafe { libc::geteuid() == 0 }
-    }
 
     fn listener() -> SynListener {
         SynListener {

@@ -2467,15 +2467,10 @@ impl Connection {
         self.send_buf.done();
     }
 
-    /// The newest segment returned with pieces was not sent after all (it
-    /// counts as lost, and is retransmitted).
+    /// The newest segment returned with pieces no longer references them:
+    /// it was not sent after all (it counts as lost, and is retransmitted),
+    /// or it was copied out whole (held for ARP, or written directly).
     pub fn reference_unsent(&mut self) {
-        self.send_buf.unsent();
-    }
-
-    /// The newest segment returned with pieces was copied out whole when it
-    /// was sent (a frame written directly): nothing references its bytes.
-    pub fn reference_copied(&mut self) {
         self.send_buf.unsent();
     }
 

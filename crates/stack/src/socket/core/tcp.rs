@@ -41,7 +41,7 @@ use super::{segment_bytes_mut, write_eth, Held, Inner, Kind, Sock, ETH_LEN, IP_L
 use crate::ipv4_rx::{DstKind, Ipv4Datagram};
 use crate::tcp::{
     initial_sequence_number, reset_for_closed, syn_ack_shape, syn_cookie_accept, syn_cookie_reply,
-    timestamp_offset, Connection, TcpConfig, TcpError, TcpState, SYN_COOKIE_LIFETIME,
+    timestamp_offset, Connection, Pieces, TcpConfig, TcpError, TcpState, SYN_COOKIE_LIFETIME,
     TS_OPTION_LEN,
 };
 use crate::time::{earlier, Time};
@@ -1624,19 +1624,11 @@ impl Inner {
             let len = ETH_LEN + IP_LEN + n;
             if r.mac.is_some() && own_channel && len + data <= DIRECT_MAX {
                 let mut frame = [0u8; DIRECT_MAX];
-                frame[..len].copy_from_slice(&head[..len]);
-                let mut end = len;
-                let copied = pieces.iter().flat_map(|p| p.iter()).all(|(at, l)| {
-                    let to = &mut frame[end..end + l as usize];
-                    end += l as usize;
-                    self.frames.read_area(at, to).is_ok()
-                });
-                if copied && self.tcp_direct(&frame[..end], now) {
+                let frame = &mut frame[..len + data];
+                if self.tcp_gather(&head[..len], pieces, frame) && self.tcp_direct(frame, now) {
                     // Copied out: its reference ends here.
                     if pieces.is_some() {
-                        if let Some(c) = self.conn_mut(id) {
-                            c.conn.reference_copied();
-                        }
+                        self.tcp_reference_unsent(id);
                     }
                     continue;
                 }
@@ -1644,13 +1636,9 @@ impl Inner {
             let Some(_) = r.mac else {
                 // Held whole until the neighbour answers: a copy, so the
                 // reference ends here.
-                let mut frame = head[..len].to_vec();
-                if let Some(p) = pieces {
-                    for (at, l) in p.iter() {
-                        let start = frame.len();
-                        frame.resize(start + l as usize, 0);
-                        let _ = self.frames.read_area(at, &mut frame[start..]);
-                    }
+                let mut frame = vec![0; len + data];
+                let _ = self.tcp_gather(&head[..len], pieces, &mut frame);
+                if pieces.is_some() {
                     self.tcp_reference_unsent(id);
                 }
                 self.arp.hold(
@@ -1764,6 +1752,23 @@ impl Inner {
         ip.emit(&mut frame[ETH_LEN..])?;
         write_eth(frame, r.mac.unwrap_or([0; 6]), self.info.mac);
         Ok(())
+    }
+
+    /// Copies a segment whose headers are `head` and whose data lies in the
+    /// send area as `pieces` into `out`, exactly as long as both; false if a
+    /// piece is not in the area (its bytes are left as they were).
+    fn tcp_gather(&self, head: &[u8], pieces: Option<Pieces>, out: &mut [u8]) -> bool {
+        out[..head.len()].copy_from_slice(head);
+        let mut end = head.len();
+        let mut whole = true;
+        for (at, l) in pieces.iter().flat_map(|p| p.iter()) {
+            whole &= self
+                .frames
+                .read_area(at, &mut out[end..end + l as usize])
+                .is_ok();
+            end += l as usize;
+        }
+        whole
     }
 
     fn tcp_reference_unsent(&mut self, id: usize) {
