@@ -140,7 +140,7 @@ fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
     let c = conns.lock().unwrap_or_else(|e| e.into_inner()).counts();
     let s = stack.stats();
     let t = &s.tcp;
-    let fields: [(&str, u64); 21] = [
+    let fields: [(&str, u64); 23] = [
         ("tcp_segments", t.segments),
         ("tcp_bad_checksum", t.bad_checksum),
         ("tcp_malformed", t.malformed),
@@ -162,6 +162,8 @@ fn json(stack: &Stack, conns: &Mutex<Conns>) -> String {
         ("ipv4_dropped", s.ipv4.total_dropped()),
         ("arp_failed", s.arp.failed),
         ("tx_direct", s.tx.direct),
+        ("tx_direct_behind", s.tx.direct_behind),
+        ("tx_direct_failed", s.tx.direct_failed),
     ];
     tool::json_object(&fields)
 }
@@ -285,13 +287,15 @@ fn ping_pong(args: &TcpPingpongArgs, target: SocketAddrV4) -> io::Result<()> {
     if args.json {
         println!(
             "{{\"target\":\"{peer}\",\"size\":{size},\"count\":{},\"connect_us\":{:.1},{},\
-             \"retransmitted\":{},\"timeouts\":{},\"tx_direct\":{}}}",
+             \"retransmitted\":{},\"timeouts\":{},\"tx_direct\":{},\"tx_direct_behind\":{},\"tx_direct_failed\":{}}}",
             rtts.len(),
             tool::us(connect),
             tool::rtt_json(summary.as_ref()),
             info.stats.retransmitted,
             info.stats.timeouts,
             stack.stats().tx.direct,
+            stack.stats().tx.direct_behind,
+            stack.stats().tx.direct_failed,
         );
     } else {
         println!(

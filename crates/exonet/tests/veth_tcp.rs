@@ -275,9 +275,15 @@ fn tcp_with_linux_peers(link: &str, suffix: &str, subnet: u8, offloads: bool) {
     assert_eq!(json_u64(&s, "count"), Some(200), "{s}");
     eprintln!("  {s}");
     // Where the kernel sends the link's frames, the pings went through the
-    // direct send port, and still every echo matched.
+    // direct send port, and still every echo matched. A ping waits on the
+    // ring instead only behind a frame still in it (a pure ACK of an echo
+    // that came in two parts, under load) or when the port's queue is full.
     if link != "tap" {
-        assert!(json_u64(&s, "tx_direct").unwrap() >= 200, "{s}");
+        let direct = json_u64(&s, "tx_direct").unwrap();
+        let behind = json_u64(&s, "tx_direct_behind").unwrap();
+        let failed = json_u64(&s, "tx_direct_failed").unwrap();
+        assert!(direct + behind + failed >= 200, "{s}");
+        assert!(direct >= 100, "{s}");
     }
 
     // Linux's nc against exonet's echo server: a word and 1 MB.

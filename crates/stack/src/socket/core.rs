@@ -82,6 +82,9 @@ pub struct TxStats {
     /// Writes the direct send port refused; the segment then went on the
     /// ring. One that is not a passing refusal closes the port.
     pub direct_failed: u64,
+    /// Segments that could have gone to the direct send port but went on
+    /// the ring, behind frames still in it (a pure ACK, say).
+    pub direct_behind: u64,
 }
 
 /// Every counter of a [`Stack`](super::Stack).

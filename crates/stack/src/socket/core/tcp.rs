@@ -1711,9 +1711,14 @@ impl Inner {
             || tcp.len() <= header
             || fl & flags::ACK == 0
             || fl & (flags::SYN | flags::FIN | flags::RST) != 0
-            || self.tx.outstanding() > 0
-            || !direct.take(frame.len(), now)
         {
+            return false;
+        }
+        if self.tx.outstanding() > 0 {
+            self.tx_stats.direct_behind += 1;
+            return false;
+        }
+        if !direct.take(frame.len(), now) {
             return false;
         }
         match (&direct.port).write(frame) {
