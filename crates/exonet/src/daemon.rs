@@ -48,9 +48,14 @@ pub struct DaemonArgs {
     #[arg(long, default_value_t = 64)]
     idle_spins: u32,
     /// Microseconds of polling, once idle, before sleeping (yielding the CPU
-    /// between polls to any other thread that wants it).
+    /// between polls to any other thread that wants it): at least this.
     #[arg(long, default_value_t = 50)]
     idle_spin_us: u64,
+    /// At most this: the polling grows to cover the recent gaps in the
+    /// work that ended within it (an answer two wake-ups away), and shrinks
+    /// back when they are longer.
+    #[arg(long, default_value_t = 250)]
+    idle_spin_max_us: u64,
     /// The multiplexer's scheduling priority (nice value, -20..=19). Ahead
     /// of the applications by default, as a kernel's receive path runs
     /// ahead of the processes it serves: at 0, an application sending UDP
@@ -176,6 +181,7 @@ fn serve(args: &DaemonArgs) -> Result<(), String> {
     config.run = RunConfig {
         idle_spins: args.idle_spins.max(1),
         idle_spin: Duration::from_micros(args.idle_spin_us),
+        idle_spin_max: Duration::from_micros(args.idle_spin_max_us),
         latency: Duration::from_micros(args.latency_us.max(1)),
     };
     let mut daemon = Daemon::bind(mux, config)

@@ -57,6 +57,7 @@ pub mod frag;
 mod handlers;
 pub mod host;
 mod ident;
+mod idle;
 mod in_process;
 pub mod registry;
 pub mod template;
@@ -81,6 +82,7 @@ pub use exonet_ash;
 pub use frag::{FragKind, FragPool, FragStats};
 pub use handlers::{Handler, HandlerLimits};
 pub use host::{HostConfig, HostStats, TokenBucket};
+pub use idle::{Idle, RunConfig};
 pub use in_process::InProcess;
 pub use registry::{ChannelSpec, Proto};
 pub use template::Template;
@@ -249,33 +251,6 @@ impl Default for MuxConfig {
     }
 }
 
-/// How [`Mux::run`] trades latency against CPU.
-#[derive(Clone, Copy, Debug)]
-pub struct RunConfig {
-    /// Empty polls in a row before the loop sleeps; while there is work it
-    /// never sleeps.
-    pub idle_spins: u32,
-    /// How long the loop, once idle, keeps polling before it sleeps (as
-    /// Linux's busy polling), yielding the CPU between polls: an answer that
-    /// comes back within it finds the loop awake, not a CPU that must first
-    /// be woken (slow in a VM).
-    pub idle_spin: Duration,
-    /// Longest sleep: the latency bound for work nobody signals (an
-    /// application that published without a kick, a link without a
-    /// descriptor).
-    pub latency: Duration,
-}
-
-impl Default for RunConfig {
-    fn default() -> Self {
-        RunConfig {
-            idle_spins: 64,
-            idle_spin: Duration::from_micros(50),
-            latency: Duration::from_millis(1),
-        }
-    }
-}
-
 /// How long a peer's FIN on a quiet channel may wait in the rx ring for
 /// the application's next wake-up before it causes one. The peer waits for
 /// the ACK of its FIN (in LAST-ACK, its application gone on), but a FIN
@@ -290,65 +265,6 @@ pub const QUIET_FIN_WAKE: Duration = Duration::from_millis(1);
 /// How often an empty poll of a spinning loop reads the clock to run the
 /// multiplexer's own timers (fragments, reassembly, TIME-WAIT holds).
 const TIMED_POLL_EVERY: u32 = 64;
-
-/// The adaptive half of a run loop (Expert's interrupt-mitigation
-/// trade-off): busy-poll while rounds find work, and sleep after
-/// [`RunConfig::idle_spins`] empty rounds in a row that also span
-/// [`RunConfig::idle_spin`].
-#[derive(Clone, Copy, Debug)]
-pub struct Idle {
-    spins: u32,
-    spin: Duration,
-    empty: u32,
-    last_work: Option<Instant>,
-}
-
-impl Idle {
-    pub fn new(config: RunConfig) -> Idle {
-        Idle {
-            spins: config.idle_spins,
-            spin: config.idle_spin,
-            empty: 0,
-            last_work: None,
-        }
-    }
-
-    /// Whether the loop has run out of cheap spins: each further empty
-    /// round yields, and is slow enough for a system call more.
-    pub fn yielding(&self) -> bool {
-        self.empty >= self.spins
-    }
-
-    /// After a round that did `work`: whether to sleep now (spinning once
-    /// otherwise). Once the cheap count has run out, each further empty round
-    /// yields the CPU: a thread woken on this CPU (the application this loop
-    /// serves, another multiplexer) runs at once instead of waiting out the
-    /// spin, which otherwise serializes them (on two CPUs, two daemons' loops
-    /// spinning 50 µs each took the connection rate from ~4,700 to ~1,550 a
-    /// second); with nothing else to run, the yield returns at once.
-    pub fn should_sleep(&mut self, work: usize) -> bool {
-        if work > 0 {
-            self.empty = 0;
-            self.last_work = None;
-            return false;
-        }
-        self.empty += 1;
-        if self.empty < self.spins {
-            std::hint::spin_loop();
-            return false;
-        }
-        // The clock is read only once the cheap count has run out.
-        let now = Instant::now();
-        let since = *self.last_work.get_or_insert(now);
-        if now.saturating_duration_since(since) < self.spin {
-            std::thread::yield_now();
-            return false;
-        }
-        self.empty = 0;
-        self.last_work = None;
-        true
-    }
-}
 
 /// Counters of one endpoint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

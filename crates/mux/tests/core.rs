@@ -268,6 +268,7 @@ fn run_loop_moves_frames_and_sleeps_when_idle() {
     let cfg = exonet_mux::RunConfig {
         idle_spins: 4,
         idle_spin: Duration::ZERO,
+        idle_spin_max: Duration::ZERO,
         latency: Duration::from_millis(5),
     };
     let t0 = Instant::now();
