@@ -1365,6 +1365,44 @@ mod tests {
             let e = read(fd).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
 
+            // The application gives its macvtap another MAC (the queue
+            // takes SIOCSIFHWADDR). Frames to that MAC reach the interface
+            // but not the application, and frames from it are refused: the
+            // check holds the interface's own.
+            const MAC_C: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0xcc];
+            // SAFETY: `sockaddr` and `ifreq` are plain data for which all
+            // zeroes is valid.
+            let (mut sa, mut ifr): (libc::sockaddr, libc::ifreq) =
+                unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+            sa.sa_family = libc::ARPHRD_ETHER;
+            for (d, b) in sa.sa_data.iter_mut().zip(MAC_C) {
+                *d = b as libc::c_char;
+            }
+            ifr.ifr_ifru.ifru_hwaddr = sa;
+            let set = sys::ioctl_ifreq(fd.as_raw_fd(), libc::SIOCSIFHWADDR, &mut ifr);
+            assert!(set.is_ok(), "{set:?}");
+            let mut to_c = MAC_C.to_vec();
+            to_c.extend(MAC_B);
+            to_c.extend([0x88, 0xb5]);
+            to_c.extend([0x5b; 46]);
+            write(peer.as_fd(), &to_c).unwrap();
+            let seen = capture(
+                lower.as_fd(),
+                Duration::from_secs(2),
+                Duration::from_millis(200),
+                |got| got.contains(&to_c),
+            );
+            assert!(seen.contains(&to_c), "the frame to the new MAC went out");
+            let e = read(fd).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+            port.allow(conn()).unwrap();
+            let from_c = Frame {
+                src_mac: MAC_C,
+                ..good.clone()
+            };
+            write(fd, &from_c.bytes()).unwrap();
+            assert_eq!(port.stats().refused, 5, "from the new MAC");
+
             drop(port);
             assert!(!Path::new(&format!("/sys/class/net/{name}")).exists());
         });
