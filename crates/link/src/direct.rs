@@ -1350,20 +1350,23 @@ mod tests {
 
             // A broadcast reaches the interface, not the application.
             let lower = packet_socket(&a);
-            let mut bcast = vec![0xff; 6];
-            bcast.extend(MAC_B);
-            bcast.extend([0x88, 0xb5]);
-            bcast.extend([0x5a; 46]);
-            write(peer.as_fd(), &bcast).unwrap();
-            let seen = capture(
-                lower.as_fd(),
-                Duration::from_secs(2),
-                Duration::from_millis(200),
-                |got| got.contains(&bcast),
-            );
-            assert!(seen.contains(&bcast), "the broadcast went out");
-            let e = read(fd).unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+            let reaches_only_the_interface = |dst: [u8; 6], fill: u8, what: &str| {
+                let mut f = dst.to_vec();
+                f.extend(MAC_B);
+                f.extend([0x88, 0xb5]);
+                f.extend([fill; 46]);
+                write(peer.as_fd(), &f).unwrap();
+                let seen = capture(
+                    lower.as_fd(),
+                    Duration::from_secs(2),
+                    Duration::from_millis(200),
+                    |got| got.contains(&f),
+                );
+                assert!(seen.contains(&f), "{what} went out");
+                let e = read(fd).unwrap_err();
+                assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{what}: {e}");
+            };
+            reaches_only_the_interface([0xff; 6], 0x5a, "the broadcast");
 
             // The application gives its macvtap another MAC (the queue
             // takes SIOCSIFHWADDR). Frames to that MAC reach the interface
@@ -1381,20 +1384,7 @@ mod tests {
             ifr.ifr_ifru.ifru_hwaddr = sa;
             let set = sys::ioctl_ifreq(fd.as_raw_fd(), libc::SIOCSIFHWADDR, &mut ifr);
             assert!(set.is_ok(), "{set:?}");
-            let mut to_c = MAC_C.to_vec();
-            to_c.extend(MAC_B);
-            to_c.extend([0x88, 0xb5]);
-            to_c.extend([0x5b; 46]);
-            write(peer.as_fd(), &to_c).unwrap();
-            let seen = capture(
-                lower.as_fd(),
-                Duration::from_secs(2),
-                Duration::from_millis(200),
-                |got| got.contains(&to_c),
-            );
-            assert!(seen.contains(&to_c), "the frame to the new MAC went out");
-            let e = read(fd).unwrap_err();
-            assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+            reaches_only_the_interface(MAC_C, 0x5b, "the frame to the new MAC");
             port.allow(conn()).unwrap();
             let from_c = Frame {
                 src_mac: MAC_C,
