@@ -285,6 +285,7 @@ fn ping_pong(args: &TcpPingpongArgs, target: SocketAddrV4) -> io::Result<()> {
     let summary = rtts.summary();
     let peer = SocketAddr::V4(target);
     if args.json {
+        let tx = stack.stats().tx;
         println!(
             "{{\"target\":\"{peer}\",\"size\":{size},\"count\":{},\"connect_us\":{:.1},{},\
              \"retransmitted\":{},\"timeouts\":{},\"tx_direct\":{},\"tx_direct_behind\":{},\"tx_direct_failed\":{}}}",
@@ -293,9 +294,9 @@ fn ping_pong(args: &TcpPingpongArgs, target: SocketAddrV4) -> io::Result<()> {
             tool::rtt_json(summary.as_ref()),
             info.stats.retransmitted,
             info.stats.timeouts,
-            stack.stats().tx.direct,
-            stack.stats().tx.direct_behind,
-            stack.stats().tx.direct_failed,
+            tx.direct,
+            tx.direct_behind,
+            tx.direct_failed,
         );
     } else {
         println!(

@@ -105,11 +105,6 @@ impl Idle {
         self.empty >= self.spins
     }
 
-    /// How long the loop now polls on, once idle, before it sleeps.
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
     /// After a round that did `work`: whether to sleep now (spinning once
     /// otherwise). Once the cheap count has run out, each further empty round
     /// yields the CPU: a thread woken on this CPU (the application this loop
@@ -225,7 +220,7 @@ mod tests {
         // The gap runs on through the sleep: work 60 µs in widens the
         // window to cover it (to its bucket's top, 250/32 µs wide).
         assert!(!i.step(1, || t0 + us(60)));
-        assert_eq!(i.window(), Duration::from_nanos(62_500));
+        assert_eq!(i.window, Duration::from_nanos(62_500));
     }
 
     #[test]
@@ -235,7 +230,7 @@ mod tests {
         assert!(!i.step(0, || unreachable!("a clock read")));
         assert!(!i.yielding());
         assert!(!i.step(1, || unreachable!("a clock read")));
-        assert_eq!(i.window(), us(50));
+        assert_eq!(i.window, us(50));
         // The third empty round reads it first: the window runs from there.
         assert_eq!(rounds_until_sleep(&mut i, t0, 1000), Some(us(52)));
     }
@@ -245,17 +240,17 @@ mod tests {
         let mut i = idle();
         let t0 = Instant::now();
         gap(&mut i, t0, us(120));
-        assert_eq!(i.window(), us(125));
+        assert_eq!(i.window, us(125));
         // The next such gap is caught awake.
         let t1 = t0 + us(1000);
         assert_eq!(rounds_until_sleep(&mut i, t1, 110), None);
         assert!(!i.step(1, || t1 + us(110)));
-        assert_eq!(i.window(), us(125));
+        assert_eq!(i.window, us(125));
         // Never past the most, and longer gaps do not count.
         gap(&mut i, t1 + us(1000), us(300));
-        assert_eq!(i.window(), us(125));
+        assert_eq!(i.window, us(125));
         gap(&mut i, t1 + us(2000), us(250));
-        assert_eq!(i.window(), us(250));
+        assert_eq!(i.window, us(250));
     }
 
     #[test]
@@ -267,13 +262,13 @@ mod tests {
             gap(&mut i, t, us(if n % 100 == 0 { 240 } else { 80 }));
         }
         // 2 in 200: left to a wake-up each; the window covers the 80 µs.
-        assert_eq!(i.window(), Duration::from_nanos(85_937));
+        assert_eq!(i.window, Duration::from_nanos(85_937));
         for _ in 0..8 {
             t += us(1000);
             gap(&mut i, t, us(240));
         }
         // 10 in 208 are too many to leave.
-        assert_eq!(i.window(), Duration::from_nanos(242_187));
+        assert_eq!(i.window, Duration::from_nanos(242_187));
     }
 
     #[test]
@@ -281,18 +276,18 @@ mod tests {
         let mut i = idle();
         let mut t = Instant::now();
         gap(&mut i, t, us(200));
-        assert_eq!(i.window(), Duration::from_nanos(203_125));
+        assert_eq!(i.window, Duration::from_nanos(203_125));
         let mut windows = Vec::new();
         for _ in 0..HALVE_EVERY {
             t += us(20_000);
             gap(&mut i, t, us(5_000));
-            windows.push(i.window());
+            windows.push(i.window);
         }
         assert!(windows.windows(2).all(|w| w[1] <= w[0]), "{windows:?}");
         assert_eq!(*windows.last().unwrap(), us(50));
         // A short gap among them widens it again.
         gap(&mut i, t + us(20_000), us(90));
-        assert_eq!(i.window(), Duration::from_nanos(93_750));
+        assert_eq!(i.window, Duration::from_nanos(93_750));
     }
 
     #[test]
@@ -305,10 +300,10 @@ mod tests {
         });
         let t0 = Instant::now();
         gap(&mut i, t0, us(70));
-        assert_eq!(i.window(), us(80));
+        assert_eq!(i.window, us(80));
         // A clock that goes back counts as no time.
         assert!(!i.step(0, || t0 + us(5000)));
         assert!(!i.step(1, || t0));
-        assert_eq!(i.window(), us(80));
+        assert_eq!(i.window, us(80));
     }
 }
