@@ -38,6 +38,28 @@ pub fn open_stack(socket: Option<&PathBuf>, config: &StackConfig) -> io::Result<
         .map_err(|e| io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())))
 }
 
+/// Keeps the calling thread, and the threads it starts after, on CPU `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no CPU {cpu}"),
+        ));
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it (the
+    // index is checked above), and sched_setaffinity reads it whole.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("CPU {cpu}: {e}")));
+    }
+    Ok(())
+}
+
 /// A `--busy-poll` value in microseconds as the stack's configuration.
 pub fn busy_poll(us: u64) -> StackConfig {
     StackConfig {

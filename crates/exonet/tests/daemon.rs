@@ -170,6 +170,36 @@ fn bad_command_lines_are_refused_clearly() {
         let args = ["daemon", "--link", "memwire", "--ip", "10.0.0.1/24"];
         refused(&[&args[..], &["--nice", nice]].concat(), "-20..=19");
     }
+    refused(&[&args[..], &["--cpu", "100000"]].concat(), "--cpu 100000");
+    refused(&[&args[..], &["--cpu", "-1"]].concat(), "'-1'");
+}
+
+/// `--cpu N` keeps the daemon, all its threads, on CPU N.
+#[test]
+fn a_daemon_kept_on_a_cpu_stays_there() {
+    let mut procs = Procs::new("daemon-cpu");
+    let sock = procs.1.join("a.sock");
+    let d = exonet()
+        .args(["daemon", "--link"])
+        .arg(format!("memwire:{}", procs.1.join("wire").display()))
+        .args(["--ip", "10.98.0.1/24", "--cpu", "0", "--socket"])
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = d.id();
+    procs.0.push(d);
+    until("the daemon listens", || Client::connect(&sock).is_ok());
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    for t in tasks {
+        let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        assert_eq!(cpus, "0", "{status}");
+    }
 }
 
 /// Runs `exonet args`, which must fail and say `says` on stderr.

@@ -23,8 +23,10 @@
 //!   answers them itself, which is cheaper for it.
 //!
 //! Systems: `exonet` (an `exonet daemon --link afxdp:IF` in each namespace,
-//! at its default nice of -10, and an application on it, which writes its
-//! short segments to its direct send port), `exonet-nodirect` (round trips
+//! at its default nice of -10 and kept on a CPU of its own, `--cpu 0` and
+//! `--cpu 1`, as two hosts' multiplexers are, and an application on it,
+//! left to the scheduler, which writes its short segments to its direct
+//! send port), `exonet-nodirect` (round trips
 //! and connections only: the same with `--no-direct`, every frame through
 //! the daemon), `exonet-offload`
 //! (throughput only: the same on `--link afpacket:IF:frames`, whose TCP
@@ -75,7 +77,7 @@ use crate::bench::endpoint::peer::{self, PATIENCE};
 use crate::bench::endpoint::veth::{Net, ENDS};
 use crate::bench::report::{Fail, Outcome, Reporter};
 use crate::bench::udp::exonet::Serve;
-use crate::bench::udp::rig::{name, run_pair, Daemons, Phases, Scratch};
+use crate::bench::udp::rig::{name, run_pair, two_cpus, Daemons, Phases, Scratch};
 use crate::bench::{measure, RunOpts};
 use node::{Role, Stack};
 
@@ -456,6 +458,7 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                             netns.map(Some),
                             exonet_ips,
                             extra,
+                            true,
                         )
                         .and_then(|d| on_daemons(&d, &mut ports))
                     }
@@ -470,12 +473,14 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
                 // Daemons of their own, once the others are gone.
                 let system = "exonet-offload";
                 rep.progress(&format!("{case}: {system} (run {} of {runs})", run + 1));
-                let r = Daemons::start(
+                let r = Daemons::start_with(
                     scratch.path(),
                     "tcp-offload",
                     offload_links.clone(),
                     netns.map(Some),
                     exonet_ips,
+                    &[],
+                    true,
                 )
                 .and_then(|d| on_daemons(&d, &mut ports));
                 record(system, r);
@@ -520,8 +525,7 @@ fn measure(
     // A busy poller's CPU is its own (as DPDK's or Onload's spinning cores):
     // the two spinning sides on CPUs of their own, never one taking turns
     // with the other; the sleeping systems are left to the scheduler.
-    let pinned = matches!(stack, Stack::ExonetInprocBusy | Stack::LinuxBusy)
-        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    let pinned = matches!(stack, Stack::ExonetInprocBusy | Stack::LinuxBusy) && two_cpus();
     let cmd = |i: usize, role: Role| -> Result<Command, Fail> {
         let mut c = peer::command(Some(netns[i]))?;
         c.arg("tcp-node")

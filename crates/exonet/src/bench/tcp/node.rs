@@ -242,31 +242,11 @@ pub fn drain(s: &mut impl Read) -> Result<(u64, f64), Fail> {
     }
 }
 
-/// Keeps the calling thread, and the threads it starts after, on CPU `cpu`.
-fn pin(cpu: usize) -> Result<(), Fail> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(Fail::Error(format!("no CPU {cpu}")));
-    }
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it (the
-    // index is checked above), and sched_setaffinity reads it whole.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r < 0 {
-        return Err(error(&format!("pin to CPU {cpu}"))(
-            io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
 /// `exonet bench-child tcp-node`.
 pub fn node(args: &TcpNodeArgs) -> Result<(), Fail> {
     // First, so that every thread of the stack inherits it.
     if let Some(cpu) = args.cpu {
-        pin(cpu)?;
+        crate::tool::pin_to_cpu(cpu).map_err(error("pin"))?;
     }
     let net = match args.stack {
         Stack::Exonet | Stack::ExonetInproc | Stack::ExonetInprocBusy => {

@@ -67,10 +67,13 @@ impl Daemons {
         netns: [Option<&str>; 2],
         ips: [Ipv4Addr; 2],
     ) -> Result<Daemons, Fail> {
-        Daemons::start_with(dir, tag, links, netns, ips, &[])
+        Daemons::start_with(dir, tag, links, netns, ips, &[], false)
     }
 
-    /// [`Daemons::start`], each daemon given `extra` arguments too.
+    /// [`Daemons::start`], each daemon given `extra` arguments too, and
+    /// with `pinned` (on a machine of two CPUs or more) daemon `i` kept on
+    /// CPU `i` (`--cpu`): each host's multiplexer on a core of its own, as
+    /// two hosts have.
     pub fn start_with(
         dir: &Path,
         tag: &str,
@@ -78,7 +81,9 @@ impl Daemons {
         netns: [Option<&str>; 2],
         ips: [Ipv4Addr; 2],
         extra: &[&str],
+        pinned: bool,
     ) -> Result<Daemons, Fail> {
+        let pinned = pinned && two_cpus();
         let sockets = [0, 1].map(|i| dir.join(format!("{tag}-{i}.sock")));
         let mut procs = Vec::new();
         for i in 0..2 {
@@ -92,6 +97,9 @@ impl Daemons {
                     .arg("--socket")
                     .arg(&sockets[i])
                     .args(extra);
+                if pinned {
+                    cmd.arg("--cpu").arg(i.to_string());
+                }
                 let mut daemon = Peer::spawn(cmd, &[], &format!("daemon {}", links[i]))?;
                 await_serving(&sockets[i], &mut daemon)?;
                 Ok(daemon)
@@ -103,6 +111,12 @@ impl Daemons {
             sockets,
         })
     }
+}
+
+/// Whether the machine has two CPUs or more, for the two sides of a
+/// measurement to be kept on CPUs 0 and 1.
+pub fn two_cpus() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
 }
 
 /// Runs `open` (of a link) again while it fails with "busy", for at most
