@@ -1354,11 +1354,44 @@ fn an_ack_waits_for_the_read_of_an_application_behind() {
     // Behind: nothing until the bound, or until the read.
     assert_eq!(acks_of_three(true, None, true), [(ms(15), end)]);
     assert_eq!(acks_of_three(true, Some(ms(7)), true), [(ms(7), end)]);
-    // The connection's first segments: every second acknowledged at once.
+    // The connection's first segments: each full-sized one acknowledged at
+    // once (quick ACKs), the odd last one of the flight too.
     let first = acks_of_three(true, None, false);
-    let end = first[1].1;
-    assert_eq!(first, [(ms(6), end - mss), (ms(17), end)], "{first:?}");
+    let end = first[2].1;
+    assert_eq!(
+        first,
+        [(ms(5), end - 2 * mss), (ms(6), end - mss), (ms(7), end)],
+        "{first:?}"
+    );
     assert_eq!(first, acks_of_three(false, None, false));
+}
+
+/// Quick ACKs end after `QUICK_ACKS` of them: a connection's first 40
+/// full-sized segments, each arriving on its own, are acknowledged one by
+/// one 16 times, then every second one, as later in a transfer.
+#[test]
+fn quick_acks_end_after_sixteen() {
+    let cfg = TcpConfig {
+        delayed_ack: Some(ms(10)),
+        ack_on_read: true,
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    n.faults.spacing = ms(1);
+    n.apps[1].read = true;
+    let mss = n.conn(0).send_mss();
+    n.apps[0].out = pattern(40 * mss, 2);
+    let before = n.log.len();
+    n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 40 * mss);
+    let acked: Vec<u32> = n.log[before..]
+        .iter()
+        .filter(|s| s.from == 1)
+        .map(|s| s.ack)
+        .collect();
+    let steps: Vec<u32> = acked.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    let mss = mss as u32;
+    assert!(steps[..15].iter().all(|&d| d == mss), "{steps:?}");
+    assert!(steps[16..].iter().all(|&d| d == 2 * mss), "{steps:?}");
 }
 
 /// `TcpConfig::hold_handshake_ack`: the ACK of the peer's SYN-ACK waits for
