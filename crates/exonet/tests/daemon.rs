@@ -8,7 +8,7 @@ mod common;
 use std::net::Ipv4Addr;
 use std::process::Stdio;
 
-use common::daemons::{count, daemon, exonet, field, signal, stats, Procs};
+use common::daemons::{count, daemon, daemon_with, exonet, field, signal, stats, Procs};
 use common::until;
 use exonet_shm::control::{Client, PROTO_UDP};
 use exonet_shm::{Desc, SegmentConfig, INLINE_MAX};
@@ -178,18 +178,9 @@ fn bad_command_lines_are_refused_clearly() {
 #[test]
 fn a_daemon_kept_on_a_cpu_stays_there() {
     let mut procs = Procs::new("daemon-cpu");
-    let sock = procs.1.join("a.sock");
-    let d = exonet()
-        .args(["daemon", "--link"])
-        .arg(format!("memwire:{}", procs.1.join("wire").display()))
-        .args(["--ip", "10.98.0.1/24", "--cpu", "0", "--socket"])
-        .arg(&sock)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let d = daemon_with(&procs.1, "a", "10.98.0.1/24", &["--cpu", "0"]);
     let pid = d.id();
     procs.0.push(d);
-    until("the daemon listens", || Client::connect(&sock).is_ok());
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     for t in tasks {
         let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap();

@@ -40,12 +40,18 @@ impl Drop for Procs {
 /// Starts `exonet daemon` on the memwire in `dir` with address `ip` (with
 /// its prefix) and control socket `dir/name.sock`; returns once it listens.
 pub fn daemon(dir: &Path, name: &str, ip: &str) -> Child {
+    daemon_with(dir, name, ip, &[])
+}
+
+/// [`daemon`], given `extra` arguments too.
+pub fn daemon_with(dir: &Path, name: &str, ip: &str, extra: &[&str]) -> Child {
     let sock = dir.join(format!("{name}.sock"));
     let c = exonet()
         .args(["daemon", "--link"])
         .arg(format!("memwire:{}", dir.join("wire").display()))
         .args(["--ip", ip, "--socket"])
         .arg(&sock)
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
