@@ -1,7 +1,8 @@
 //! What the socket tools (`ping`, `udp-echo`, `udp-send`, `tcp-pingpong`,
 //! `tcp-bulk`, `http-serve`, `http-get`) share: opening a stack on the
 //! daemon, parsing hosts and sizes, RTT summaries, stopping on signals,
-//! bounded connection threads, patient reads and HTTP message heads.
+//! bounded connection threads, patient reads and HTTP message heads; and
+//! keeping a thread on one CPU, as the daemon and the benchmarks do.
 
 use std::io::{self, BufRead, Read};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};

@@ -120,10 +120,11 @@ const TX_BATCH: usize = 64;
 /// one compilation then serves them all. Long enough that a short transfer
 /// ends first: at 2 ms, the compilation a 10 MB transfer's own binds
 /// started stopped the multiplexer for about a millisecond in its middle
-/// (the idle-priority compiler on its CPU, in 4 of 5 transfers, pcap on
-/// both daemons), and 10 MB moved at 2.77 Gbit/s (mean of 6 medians of 5)
-/// against 3.05 at 50 ms; connections a second were even (8,405 against
-/// 8,125, 4 interleaved runs), the interpreter costing them nothing seen.
+/// (in 4 of 5 transfers, pcap on both daemons; likely the idle-priority
+/// compiler given the daemon's CPU by its yields, not proven), and 10 MB
+/// moved at 2.77 Gbit/s (mean of 6 medians of 5) against 3.05 at 50 ms;
+/// connections a second were even (8,405 against 8,125, 4 interleaved
+/// runs), the interpreter costing them nothing seen.
 const DPF_SETTLE: Duration = Duration::from_millis(50);
 
 /// What a channel's handler decided about an arrived frame.
