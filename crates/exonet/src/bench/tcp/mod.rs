@@ -61,8 +61,9 @@
 //! without offloads (`exonet`, on AF_XDP, which has none) and half of Linux's
 //! with them (`exonet-offload`); connection rate at least Linux's.
 //!
-//! Each veth measurement runs three times (once with `--quick`), all of a
-//! case's systems in turn each time, and reports the median ([`RUNS`]).
+//! Each veth measurement runs three times (`tcp-tput-veth`, the noisiest
+//! and quickest, seven; once with `--quick`), all of a case's systems in
+//! turn each time, and reports the median ([`RUNS`], [`TPUT_RUNS`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::{Command, ExitCode};
@@ -362,6 +363,22 @@ fn offloads(net: &Net, on: bool) -> Result<(), Fail> {
 /// possible. The median of the runs is reported.
 const RUNS: usize = 3;
 
+/// [`RUNS`] for `tcp-tput-veth`: a run of it takes a few seconds, and its
+/// values spread the most. Between runs a quarter apart was common, for
+/// Linux's as for ours (Linux without offloads 1.94–3.36 Gbit/s in ten
+/// runs in a row), so that a median of three still fell on either side of
+/// a ratio of 1 that the ten medians put at 1.15.
+const TPUT_RUNS: usize = 7;
+
+/// How many times `case` runs (once with `--quick`).
+fn runs_of(case: &str, quick: bool) -> usize {
+    match (quick, case) {
+        (true, _) => 1,
+        (false, TPUT) => TPUT_RUNS,
+        (false, _) => RUNS,
+    }
+}
+
 /// The runs of one (case, system), as measured.
 #[derive(Default)]
 struct Runs(Vec<Result<Vec<f64>, Fail>>);
@@ -408,9 +425,9 @@ fn veth(quick: bool, scratch: &Scratch, cases: &[&str], rep: &mut Reporter) {
     // hand-over timer would hold the ACKs back).
     let offload_links = [0, 1].map(|i| format!("afpacket:{}:frames", net.ifnames[i]));
     let mut ports = Ports(47300);
-    let runs = if quick { 1 } else { RUNS };
     for &case in cases {
         let job = Job::of(case, quick);
+        let runs = runs_of(case, quick);
         let mut measured: Vec<(&str, Runs)> = systems(case)
             .iter()
             .map(|&system| (system, Runs::default()))
