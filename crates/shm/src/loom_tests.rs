@@ -250,6 +250,37 @@ fn loom_upcalls_reenabled_not_lost() {
     });
 }
 
+/// An owner asleep for received frames only ([`WakeWord::RX_ONLY`]) that
+/// comes to wait for tx room clears the flag, then re-checks: either the
+/// waker that just made room sees the flag gone and signals (the tx
+/// upcall), or the re-check finds the room.
+#[test]
+fn loom_tx_upcall_after_rx_only_not_lost() {
+    loom::model(|| {
+        let word = wake_word(WakeWord::SLEEPING | WakeWord::RX_ONLY);
+        let (was_set, blocks, signalled) =
+            push_against_sleep(&word, |w, _| w.wants_tx_upcall(), |w| w.set_rx_only(false));
+        assert!(was_set);
+        assert!(!blocks || signalled, "tx upcall lost");
+    });
+}
+
+/// The same without the fence in clearing the flag: loom finds the lost
+/// upcall.
+#[test]
+#[should_panic(expected = "tx upcall lost")]
+fn loom_tx_upcall_lost_without_fence() {
+    loom::model(|| {
+        let word = wake_word(WakeWord::SLEEPING | WakeWord::RX_ONLY);
+        let (_, blocks, signalled) = push_against_sleep(
+            &word,
+            |w, _| w.wants_tx_upcall(),
+            |w| w.flags.fetch_and(!WakeWord::RX_ONLY, Ordering::Relaxed),
+        );
+        assert!(!blocks || signalled, "tx upcall lost");
+    });
+}
+
 /// The checker has teeth: without the sleeper's fence the wake-up can be
 /// lost (store buffering), and loom finds it.
 #[test]
