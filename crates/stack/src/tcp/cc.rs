@@ -120,17 +120,28 @@ pub(crate) struct CongestionControl {
 }
 
 impl CongestionControl {
-    /// RFC 5681 §3.1, equation (1): the initial window by SMSS; ssthresh starts
-    /// arbitrarily high. RFC 9438 §4.10 keeps both.
-    pub(crate) fn new(algorithm: Congestion, mss: u32, hystart: bool) -> Self {
-        let segments = match mss {
-            m if m > 2190 => 2,
-            m if m > 1095 => 3,
-            _ => 4,
+    /// The initial window: RFC 6928 §2's min(10·SMSS, max(2·SMSS, 14600))
+    /// bytes where `large_initial_window`, else RFC 5681 §3.1's equation (1),
+    /// 2 to 4 segments by SMSS; ssthresh starts arbitrarily high. RFC 9438
+    /// §4.10 keeps both.
+    pub(crate) fn new(
+        algorithm: Congestion,
+        mss: u32,
+        hystart: bool,
+        large_initial_window: bool,
+    ) -> Self {
+        let cwnd = if large_initial_window {
+            (10 * mss).min((2 * mss).max(14_600))
+        } else {
+            mss * match mss {
+                m if m > 2190 => 2,
+                m if m > 1095 => 3,
+                _ => 4,
+            }
         };
         CongestionControl {
             algorithm,
-            cwnd: segments * mss,
+            cwnd,
             ssthresh: u32::MAX,
             mss,
             cubic: Cubic::default(),
@@ -394,7 +405,7 @@ mod tests {
     use super::*;
 
     fn reno(mss: u32) -> CongestionControl {
-        CongestionControl::new(Congestion::NewReno, mss, false)
+        CongestionControl::new(Congestion::NewReno, mss, false, false)
     }
 
     #[test]
@@ -402,8 +413,23 @@ mod tests {
         assert_eq!(reno(536).window(), 4 * 536);
         assert_eq!(reno(1460).window(), 3 * 1460);
         assert_eq!(reno(4000).window(), 8000);
-        let mut c = CongestionControl::new(Congestion::Cubic, 1460, false);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1460, false, false);
         assert_eq!(c.window(), 3 * 1460);
+        c.syn_lost();
+        assert_eq!(c.window(), 1460);
+    }
+
+    #[test]
+    fn large_initial_window_by_mss() {
+        let iw = |mss| CongestionControl::new(Congestion::Cubic, mss, false, true).window();
+        // RFC 6928 §2: min(10·MSS, max(2·MSS, 14600)).
+        assert_eq!(iw(536), 10 * 536);
+        assert_eq!(iw(1460), 14_600);
+        assert_eq!(iw(1448), 10 * 1448);
+        assert_eq!(iw(4000), 14_600);
+        assert_eq!(iw(9000), 18_000);
+        // Lost SYN or SYN-ACK: one segment all the same (RFC 6928 §2).
+        let mut c = CongestionControl::new(Congestion::NewReno, 1460, false, true);
         c.syn_lost();
         assert_eq!(c.window(), 1460);
     }
@@ -450,7 +476,7 @@ mod tests {
     /// segment, a window per RTT, and returns (t, cwnd in segments) per RTT.
     fn cubic_after_loss(w_max: u32, rtt: Duration, rtts: u32) -> Vec<(f64, f64)> {
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false, false);
         c.cwnd = w_max * mss;
         c.ssthresh = 0;
         c.enter_recovery(w_max * mss, false);
@@ -472,7 +498,7 @@ mod tests {
 
     #[test]
     fn cubic_decrease_and_fast_convergence() {
-        let mut c = CongestionControl::new(Congestion::Cubic, 1000, false);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1000, false, false);
         c.cwnd = 100_000;
         c.enter_recovery(100_000, false);
         // §4.6: β = 0.7.
@@ -513,7 +539,7 @@ mod tests {
     fn cubic_idle_time_does_not_count() {
         let rtt = Duration::from_millis(100);
         let mss = 1000;
-        let mut c = CongestionControl::new(Congestion::Cubic, mss, false);
+        let mut c = CongestionControl::new(Congestion::Cubic, mss, false, false);
         c.cwnd = 100 * mss;
         c.enter_recovery(100 * mss, false);
         let t = Time::ZERO + Duration::from_secs(1);
@@ -557,7 +583,7 @@ mod tests {
 
     impl Rounds {
         fn new(algorithm: Congestion) -> Rounds {
-            let c = CongestionControl::new(algorithm, 1000, true);
+            let c = CongestionControl::new(algorithm, 1000, true, false);
             let nxt = SeqNum(c.window());
             Rounds {
                 c,

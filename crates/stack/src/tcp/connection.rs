@@ -162,6 +162,10 @@ pub struct TcpConfig {
     /// from RACK's send times ([`TcpConfig::rack`], with SACK); with Karn's one
     /// sample per round trip alone slow start ends by loss as without it.
     pub hystart: bool,
+    /// RFC 6928's initial window of up to 10 segments (14,600 bytes), as
+    /// Linux, FreeBSD and Windows use: a short answer goes out in one round
+    /// trip. Off: RFC 5681 §3.1's 2 to 4 segments.
+    pub large_initial_window: bool,
     /// SYN cookies (RFC 4987 §3.6): a listener whose SYN queue is full answers a
     /// SYN with a SYN-ACK that keeps no state ([`super::syn_cookie_reply`]), and the
     /// ACK completing it makes the connection ([`super::syn_cookie_accept`]), as
@@ -237,6 +241,7 @@ impl Default for TcpConfig {
             tail_loss_probe: true,
             peer_ack_delay: None,
             hystart: true,
+            large_initial_window: true,
             syn_cookies: true,
             link_syn_cookies: false,
             rack: true,
@@ -744,7 +749,12 @@ impl Connection {
             fin_wait2_deadline: None,
             rst_pending: None,
             stats: TcpStats::default(),
-            cc: CongestionControl::new(config.congestion, u32::from(DEFAULT_MSS), config.hystart),
+            cc: CongestionControl::new(
+                config.congestion,
+                u32::from(DEFAULT_MSS),
+                config.hystart,
+                config.large_initial_window,
+            ),
             dup_acks: 0,
             in_recovery: false,
             recover: iss,
@@ -930,6 +940,7 @@ impl Connection {
             self.config.congestion,
             self.send_mss as u32,
             self.config.hystart,
+            self.config.large_initial_window,
         );
     }
 
@@ -1638,6 +1649,20 @@ impl Connection {
             } else if !self.in_recovery {
                 let srtt = self.rtt.srtt().unwrap_or_default();
                 self.cc.on_ack(acked, now, srtt);
+                // RFC 6675 §5: an ACK that SACKs new data is a duplicate
+                // "regardless of its status as a cumulative acknowledgment",
+                // and enters recovery once IsLost(HighACK + 1): here, for the
+                // hole at the new SND.UNA. (RACK, on, decided above.)
+                let hole = self.scoreboard.partition_point(|&(_, e)| e <= seg.ack);
+                if !self.rack_on()
+                    && self.sack_ok
+                    && newly_sacked > 0
+                    && self.hole_lost(hole)
+                    && seg.ack > self.recover
+                {
+                    self.dup_acks = 1;
+                    self.enter_loss_recovery(flight - acked, false);
+                }
             } else if seg.ack >= self.recover {
                 // RFC 6582 §3.2 step 3, RFC 6675 §5 (A): a full ACK.
                 self.in_recovery = false;
@@ -1660,14 +1685,20 @@ impl Connection {
             return;
         }
         // RFC 5681 §2: a duplicate ACK acknowledges nothing new while data is
-        // outstanding, carries no data, SYN or FIN, and leaves the window alone;
-        // RFC 6675 §2 asks as well that it SACK something not SACKed before.
+        // outstanding, carries no data, SYN or FIN, and leaves the window alone.
+        // With SACK, RFC 6675 §2 counts instead an ACK that SACKs new data,
+        // "even if it carries new data, changes the advertised window, or moves
+        // the cumulative acknowledgment point": a receiver whose buffer grows
+        // while it holds out-of-order data announces a new window with them.
         let duplicate = seg.ack == self.snd_una
             && flight > 0
-            && seg.payload.is_empty()
-            && !seg.has(flags::SYN | flags::FIN)
-            && self.peer_window(seg.window) == self.snd_wnd
-            && (!self.sack_ok || newly_sacked > 0);
+            && if self.sack_ok {
+                newly_sacked > 0
+            } else {
+                seg.payload.is_empty()
+                    && !seg.has(flags::SYN | flags::FIN)
+                    && self.peer_window(seg.window) == self.snd_wnd
+            };
         if self.rack_on() {
             // RFC 8985 §6.2: RACK alone marks losses (DupThresh only through its
             // reordering window); duplicate ACKs still drive Limited Transmit.
@@ -1702,21 +1733,28 @@ impl Connection {
             self.dup_acks == DUP_THRESH || probe_answered
         };
         if lost && self.snd_una > self.recover {
-            self.in_recovery = true;
-            self.recover = self.snd_max;
-            // NewReno's inflation stands for three duplicate ACKs, not the probe's.
-            let inflate = !self.sack_ok && !probe_answered;
-            self.cc.enter_recovery(flight, inflate);
-            self.high_rxt = self.snd_una;
-            self.rexmit_pending = true;
-            // Recovery ends the probe's episode (RFC 8985 §7.4.2, as Linux).
-            if probe_answered {
-                self.stats.tlp_recoveries += 1;
-                self.tlp_lost_below = Some(self.snd_max);
-            }
-            self.tlp = None;
-            self.pto_deadline = None;
+            self.enter_loss_recovery(flight, probe_answered);
         }
+    }
+
+    /// RFC 5681 §3.2 fast retransmit and the recovery of RFC 6582 §3.2 step 2
+    /// or RFC 6675 §5 step (4), `flight` bytes outstanding; `probe_answered`
+    /// when a duplicate ACK answered the tail loss probe (RFC 8985 §7.4).
+    fn enter_loss_recovery(&mut self, flight: u32, probe_answered: bool) {
+        self.in_recovery = true;
+        self.recover = self.snd_max;
+        // NewReno's inflation stands for three duplicate ACKs, not the probe's.
+        let inflate = !self.sack_ok && !probe_answered;
+        self.cc.enter_recovery(flight, inflate);
+        self.high_rxt = self.snd_una;
+        self.rexmit_pending = true;
+        // Recovery ends the probe's episode (RFC 8985 §7.4.2, as Linux).
+        if probe_answered {
+            self.stats.tlp_recoveries += 1;
+            self.tlp_lost_below = Some(self.snd_max);
+        }
+        self.tlp = None;
+        self.pto_deadline = None;
     }
 
     /// HyStart++ (RFC 9406 §4.2) takes the ACK's RTT sample after the window grew

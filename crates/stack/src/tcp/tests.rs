@@ -1818,27 +1818,35 @@ fn data_from_a(n: &Net) -> Vec<(Time, u32, usize)> {
 
 #[test]
 fn slow_start_from_the_initial_window() {
-    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
-    // Segments of a flight arrive apart, each acknowledged on its own.
-    n.faults.spacing = Duration::from_micros(10);
-    n.apps[0].out = pattern(100_000, 0);
-    n.step();
-    assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == 100_000));
-    // Flights a round trip (10 ms) apart: 3 segments (RFC 5681 IW for 1460-byte
-    // segments), then each ACK releases two.
-    let data = data_from_a(&n);
-    let t0 = data[0].0;
-    let flights: Vec<usize> = (0..4)
-        .map(|k| {
-            data.iter()
-                .filter(|d| {
-                    d.0.saturating_duration_since(t0) >= ms(10 * k)
-                        && d.0.saturating_duration_since(t0) < ms(10 * (k + 1))
-                })
-                .count()
-        })
-        .collect();
-    assert_eq!(flights, [3, 6, 12, 24]);
+    // RFC 6928's 10 segments, and RFC 5681's 3 for 1448-byte segments.
+    for (large_initial_window, expected) in [(true, [10, 20, 40, 80]), (false, [3, 6, 12, 24])] {
+        let cfg = TcpConfig {
+            large_initial_window,
+            ..TcpConfig::default()
+        };
+        let mut n = established_pair(cfg.clone(), cfg);
+        // Segments of a flight arrive apart, each acknowledged on its own.
+        n.faults.spacing = Duration::from_micros(10);
+        let size = 200 * n.conn(0).send_mss();
+        n.apps[0].out = pattern(size, 0);
+        n.step();
+        assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == size));
+        // Flights a round trip (10 ms) apart: the initial window, then each
+        // ACK releases two.
+        let data = data_from_a(&n);
+        let t0 = data[0].0;
+        let flights: Vec<usize> = (0..4)
+            .map(|k| {
+                data.iter()
+                    .filter(|d| {
+                        d.0.saturating_duration_since(t0) >= ms(10 * k)
+                            && d.0.saturating_duration_since(t0) < ms(10 * (k + 1))
+                    })
+                    .count()
+            })
+            .collect();
+        assert_eq!(flights, expected, "{large_initial_window}");
+    }
 }
 
 /// Drops the first transmission of end 0's data segments with these indices in the
@@ -2146,7 +2154,12 @@ fn auto_tuning_grows_the_window_for_a_fast_reader() {
             "{timestamps}: {}",
             b.recv_buffer()
         );
-        assert!(b.stats().recv_buffer_growths > 2);
+        // In steps, as the sender's rate climbs round trip by round trip.
+        assert!(
+            b.stats().recv_buffer_growths >= 2,
+            "{timestamps}: {:?}",
+            b.stats()
+        );
         assert!(most > 500_000, "{timestamps}: {most}");
         // Without auto-tuning the first window is the last.
         let fixed = TcpConfig {
@@ -3230,9 +3243,12 @@ fn short_rtt_loss(tail_loss_probe: bool, rack: bool) -> (u64, u64, Duration) {
         spacing: Duration::from_micros(12),
         ..Faults::default()
     };
+    // Short flights (RFC 5681's initial window: 3, then 6, 12...) put many
+    // losses at a tail.
     let cfg = TcpConfig {
         tail_loss_probe,
         rack,
+        large_initial_window: false,
         ..fast_config()
     };
     let (mut timeouts, mut probes, mut took) = (0, 0, Duration::ZERO);
@@ -3475,6 +3491,60 @@ fn dsack_widens_the_reordering_window() {
 }
 
 #[test]
+fn an_ack_moving_snd_una_and_sacking_new_data_is_a_duplicate() {
+    // RFC 6675 §2 and §5. The receiver takes a whole flight in one step and
+    // answers each segment after it, so only the first ACK SACKs anything
+    // new, and it also moves SND.UNA: to 5 for a loss of 5 (within the first
+    // flight, 0 to 9), to 22 for 22 (after 21, the third flight's first).
+    // Fast retransmit, not the RTO, must repair the loss all the same.
+    let cfg = TcpConfig {
+        rack: false,
+        tail_loss_probe: false,
+        ..fast_config()
+    };
+    for loss in [&[5][..], &[22]] {
+        let n = tail_losses(cfg.clone(), loss);
+        let st = n.conn(0).stats();
+        assert_eq!(
+            (st.timeouts, st.fast_retransmits, st.retransmitted),
+            (0, 1, 1),
+            "{loss:?}: {st:?}"
+        );
+    }
+}
+
+#[test]
+fn an_ack_sacking_new_data_with_a_new_window_is_a_duplicate() {
+    // RFC 6675 §2, where the window changes alone: a receiver reading while
+    // it holds out-of-order data announces a new window with each ACK.
+    let cfg = TcpConfig {
+        timestamps: false,
+        rack: false,
+        tail_loss_probe: false,
+        ..fast_config()
+    };
+    let mut n = established_pair(cfg.clone(), cfg);
+    let (first, b_seq) = b_view(&n);
+    let mss = n.conn(0).send_mss() as u32;
+    n.pass = Box::new(|s| !(s.from == 0 && s.len > 0));
+    n.apps[0].out = pattern(10 * mss as usize, 0);
+    n.run_apps();
+    n.flush();
+    // Segments 1 to 4 SACKed, 0 missing, and a window unlike the last one.
+    let mut options = vec![1, 1, 5, 10];
+    options.extend(first.wrapping_add(mss).to_be_bytes());
+    options.extend(first.wrapping_add(5 * mss).to_be_bytes());
+    let ack = TcpRepr {
+        options: &options,
+        ..forged(1, b_seq, first, flags::ACK, &[])
+    };
+    let sent = answer(&mut n, 0, &ack);
+    // Fast retransmit at once, no time having passed.
+    assert!(sent.iter().any(|s| s.seq == first && s.len > 0), "{sent:?}");
+    assert_eq!(n.conn(0).stats().timeouts, 0);
+}
+
+#[test]
 fn rescue_retransmission_repairs_a_tail_loss_in_recovery() {
     // 22 and 29 lost in the last flight, the probe timer off: recovery for 22
     // begins with 29 outstanding beyond the highest SACKed byte, no segment
@@ -3582,8 +3652,11 @@ fn hystart_leaves_slow_start_before_the_queue_overflows() {
     for congestion in [Congestion::Cubic, Congestion::NewReno] {
         let (first_drop, with, without, counts) = bottleneck_with_and_without(congestion, 1000);
         let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
-        // Slow start ended by HyStart++ before anything was lost.
-        assert_eq!(first_drop.css_entries, 1, "{counts}");
+        // Slow start ended by HyStart++ before anything was lost. CSS may be
+        // left and entered again first: its baseline is the minimum of part of
+        // a round, and a lower sample later in that round ends it (RFC 9406
+        // §4.3; FreeBSD's implementation notes the same oscillation).
+        assert!(first_drop.css_entries >= 1, "{counts}");
         assert_eq!(first_drop.hystart_exits, 1, "{counts}");
         assert_eq!(first_drop.retransmitted, 0, "{counts}");
         // Fewer losses, fewer segments sent again.
@@ -3595,17 +3668,17 @@ fn hystart_leaves_slow_start_before_the_queue_overflows() {
 
 #[test]
 fn hystart_loss_in_css_still_fewer_losses() {
-    // A buffer of 2 × BDP: the RTT rises a round or two before the queue
+    // A buffer of 1.5 × BDP: the RTT rises a round or two before the queue
     // overflows, too late to leave CSS first; the loss ends it (RFC 9406 §4.2),
     // but growing at a quarter of the rate meanwhile overflows it by less.
-    let (first_drop, with, without, counts) = bottleneck_with_and_without(Congestion::Cubic, 400);
+    let (first_drop, with, without, counts) = bottleneck_with_and_without(Congestion::Cubic, 300);
     let (st, st_off) = (with.conn(0).stats(), without.conn(0).stats());
-    assert_eq!(
-        (first_drop.css_entries, first_drop.hystart_exits),
-        (1, 0),
-        "{counts}"
-    );
-    assert_eq!((st.css_entries, st.hystart_exits), (1, 0), "{counts}");
+    // In CSS, entered once or more (see above), and never left for
+    // congestion avoidance: the loss ended it.
+    assert!(first_drop.css_entries >= 1, "{counts}");
+    assert_eq!(first_drop.hystart_exits, 0, "{counts}");
+    assert_eq!(st.css_entries, first_drop.css_entries, "{counts}");
+    assert_eq!(st.hystart_exits, 0, "{counts}");
     assert!(with.queue_drops * 2 < without.queue_drops, "{counts}");
     assert!(st.retransmitted * 2 < st_off.retransmitted, "{counts}");
 }
