@@ -17,6 +17,7 @@ const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_TEST_RUN: libc::c_int = 10;
 const BPF_PROG_ATTACH: libc::c_int = 8;
 const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_LINK_UPDATE: libc::c_int = 29;
 pub(crate) const BPF_MAP_TYPE_HASH: u32 = 1;
 pub(crate) const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub(crate) const BPF_FUNC_MAP_LOOKUP_ELEM: i32 = 1;
@@ -160,6 +161,15 @@ pub(crate) fn link_create(
     attr.put_u32(8, attach_type);
     attr.put_u32(12, flags);
     sys::owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+/// Puts `prog` in the place of the program `link` attaches, in one step:
+/// nothing passes unprogrammed meanwhile.
+pub(crate) fn link_update(link: &OwnedFd, prog: &OwnedFd) -> io::Result<()> {
+    let mut attr = Attr::default();
+    attr.put_u32(0, link.as_raw_fd() as u32);
+    attr.put_u32(4, prog.as_raw_fd() as u32);
+    bpf(BPF_LINK_UPDATE, &mut attr).map(drop)
 }
 
 /// Attaches `prog` to interface `ifindex` at `attach_type` (a tcx hook) for

@@ -453,6 +453,9 @@ fn afxdp_generic_gathers_and_cuts_super_segments() {
             ..afxdp::Config::default()
         };
         let mut b = AfXdp::with_config(&b_name, cfg).unwrap();
+        // Linearized by the kernel until the first super-segment, then
+        // taken in chunks as they are.
+        assert!(!b.takes_frags());
         let (frame, payload) = super_segment(a.mac(), b.mac());
         let small = frames(a.mac(), b.mac(), 1);
         let batch: Vec<&[u8]> = vec![&frame, &small[0], &frame];
@@ -486,6 +489,7 @@ fn afxdp_generic_gathers_and_cuts_super_segments() {
         assert!(data[..payload.len()] == payload[..] && data[payload.len()..] == payload[..]);
         assert_eq!(test_frames, 1);
         assert_eq!(b.stats().rx_super, 2);
+        assert!(b.takes_frags());
         // Frame by frame (`recv_batch_checked`, as a wrapping link takes
         // them), the cut segments are said to be good too.
         assert_eq!(a.send_batch(&[&frame[..]]).unwrap(), 1);
@@ -761,6 +765,8 @@ fn afxdp_over_veth(mode: XdpMode, tag: &str) {
         assert_frames(&recv_test_frames(&mut c, corked.len(), PATIENCE), &corked);
         let st = d.stats();
         assert_eq!((st.tx_frames, st.rx_frames, st.rx_dropped), (1020, 1100, 0));
+        // No packet came in several chunks: still the program without frags.
+        assert!(!d.takes_frags());
     });
     // Detached with the link: the interface takes a new program.
     drop(ns);
