@@ -112,6 +112,8 @@ impl Cubic {
 pub(crate) struct CongestionControl {
     algorithm: Congestion,
     cwnd: u32,
+    /// IW, for the restart after idle.
+    initial: u32,
     ssthresh: u32,
     mss: u32,
     cubic: Cubic,
@@ -142,6 +144,7 @@ impl CongestionControl {
         CongestionControl {
             algorithm,
             cwnd,
+            initial: cwnd,
             ssthresh: u32::MAX,
             mss,
             cubic: Cubic::default(),
@@ -332,10 +335,18 @@ impl CongestionControl {
     /// Sending resumes after `idle` with nothing in flight. Time without sending
     /// says nothing of the path, so CUBIC's epoch moves on by it (RFC 9438 §5.8
     /// asks not to grow while application-limited; Linux's bictcp_cwnd_event does
-    /// this), lest W_cubic of the idle time open the window at once.
-    pub(crate) fn restart_after_idle(&mut self, idle: Duration) {
+    /// this), lest W_cubic of the idle time open the window at once. Idle for
+    /// longer than `rto`, the window restarts at RFC 5681 §4.1's RW =
+    /// min(IW, cwnd), a burst the path may no longer take, and ssthresh keeps
+    /// three quarters of the window (RFC 2861 §3, as Linux) for slow start to
+    /// regain it.
+    pub(crate) fn restart_after_idle(&mut self, idle: Duration, rto: Duration) {
         if let Some(epoch) = &mut self.cubic.epoch {
             *epoch = *epoch + idle;
+        }
+        if idle > rto && self.cwnd > self.initial {
+            self.ssthresh = self.ssthresh.max(self.cwnd / 4 * 3);
+            self.cwnd = self.initial;
         }
     }
 
@@ -432,6 +443,24 @@ mod tests {
         let mut c = CongestionControl::new(Congestion::NewReno, 1460, false, true);
         c.syn_lost();
         assert_eq!(c.window(), 1460);
+    }
+
+    #[test]
+    fn the_window_restarts_after_an_idle_rto() {
+        let rto = Duration::from_secs(1);
+        let mut c = CongestionControl::new(Congestion::Cubic, 1000, false, true);
+        c.cwnd = 100_000;
+        c.ssthresh = 40_000;
+        // Not longer than an RTO: as it was.
+        c.restart_after_idle(rto, rto);
+        assert_eq!((c.window(), c.ssthresh()), (100_000, 40_000));
+        // Longer: RW = min(IW, cwnd), ssthresh at least 3/4 of the window.
+        c.restart_after_idle(rto * 2, rto);
+        assert_eq!((c.window(), c.ssthresh()), (10_000, 75_000));
+        // A window below IW stays.
+        c.cwnd = 4_000;
+        c.restart_after_idle(rto * 2, rto);
+        assert_eq!((c.window(), c.ssthresh()), (4_000, 75_000));
     }
 
     #[test]
@@ -548,7 +577,7 @@ mod tests {
         // Ten idle seconds, well past K ≈ 4.2 s: the next window of ACKs finds
         // the curve where it left it, rather than aiming at W_cubic(10 s) ≈ 180
         // segments and growing by half.
-        c.restart_after_idle(Duration::from_secs(10));
+        c.restart_after_idle(Duration::from_secs(10), Duration::from_secs(60));
         for _ in 0..70 {
             c.on_ack(mss, t + Duration::from_secs(10), rtt);
         }

@@ -2943,8 +2943,8 @@ impl Connection {
             self.stats.retransmitted += 1;
         } else if self.snd_una == self.snd_max {
             // Nothing was in flight since the last ACK.
-            self.cc
-                .restart_after_idle(now.saturating_duration_since(self.last_heard));
+            let idle = now.saturating_duration_since(self.last_heard);
+            self.cc.restart_after_idle(idle, self.rtt.rto());
         }
         self.snd_nxt = self.snd_nxt + len;
         if self.snd_nxt > self.snd_max {

@@ -1849,6 +1849,36 @@ fn slow_start_from_the_initial_window() {
     }
 }
 
+#[test]
+fn the_window_restarts_from_the_initial_one_after_an_idle_rto() {
+    // RFC 5681 §4.1. The round trip is 10 ms and the RTO at least 1 s.
+    let mut n = established_pair(TcpConfig::default(), TcpConfig::default());
+    n.faults.spacing = Duration::from_micros(10);
+    let mss = n.conn(0).send_mss();
+    let burst = |n: &mut Net, k: u8| {
+        let start = n.log.len();
+        n.apps[0].out.extend(pattern(200 * mss, k));
+        let want = n.apps[0].out.len();
+        n.step();
+        assert!(n.run_until(n.now + secs(5), |n| n.apps[1].got.len() == want));
+        assert!(n.run_until(n.now + secs(1), |n| n.wire.is_empty()));
+        // Segments in the first round trip of the burst.
+        let data: Vec<Time> = n.log[start..]
+            .iter()
+            .filter(|s| s.from == 0 && s.len > 0)
+            .map(|s| s.at)
+            .collect();
+        data.iter().filter(|&&t| t < data[0] + ms(10)).count()
+    };
+    assert_eq!(burst(&mut n, 0), 10);
+    // Half a second later the window is as the burst left it.
+    n.now = n.now + ms(500);
+    assert!(burst(&mut n, 1) > 100);
+    // Two seconds later it starts again from 10 segments.
+    n.now = n.now + secs(2);
+    assert_eq!(burst(&mut n, 2), 10);
+}
+
 /// Drops the first transmission of end 0's data segments with these indices in the
 /// stream, then checks that the transfer needed no timeout: every loss resent
 /// within a second (the RTO floor), and nothing else sent twice.
