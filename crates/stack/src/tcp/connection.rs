@@ -1653,12 +1653,11 @@ impl Connection {
                 // "regardless of its status as a cumulative acknowledgment",
                 // and enters recovery once IsLost(HighACK + 1): here, for the
                 // hole at the new SND.UNA. (RACK, on, decided above.)
-                let hole = self.scoreboard.partition_point(|&(_, e)| e <= seg.ack);
                 if !self.rack_on()
                     && self.sack_ok
                     && newly_sacked > 0
-                    && self.hole_lost(hole)
                     && seg.ack > self.recover
+                    && self.hole_lost(self.scoreboard.partition_point(|&(_, e)| e <= seg.ack))
                 {
                     self.dup_acks = 1;
                     self.enter_loss_recovery(flight - acked, false);
