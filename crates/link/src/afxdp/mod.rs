@@ -25,8 +25,9 @@
 //! A Linux end as a veth comes leaves its segmentation to the veth, which
 //! hands 64 KB super-segments across whole. A generic program takes them in
 //! several chunks (`BPF_F_XDP_HAS_FRAGS`, from the first such packet on, and
-//! the socket bound with `XDP_USE_SG`): the link gathers a TCP super-segment and cuts it into
-//! frames of the MTU ([`exonet_wire::tso::Cutter`], counted in `rx_super`);
+//! the socket bound with `XDP_USE_SG`): the link gathers a TCP super-segment
+//! and cuts it into frames of the MTU ([`exonet_wire::tso::Cutter`], counted
+//! in `rx_super`);
 //! a UDP super-datagram it drops (counted), as only its sender knew where
 //! to cut it. A native program makes the veth take segmentation offload
 //! from its peer, and Linux cuts both itself. With a native program

@@ -20,25 +20,25 @@
 //!
 //! Performance: congestion control by [`TcpConfig::congestion`], RFC 5681 NewReno
 //! or CUBIC (RFC 9438, the default: W_cubic with C = 0.4 and β = 0.7, the
-//! Reno-friendly region, fast convergence), with slow start from RFC 6928's
-//! initial window of up to 10 segments ([`TcpConfig::large_initial_window`]),
-//! fast retransmit and Limited Transmit (RFC 3042); HyStart++ (RFC 9406, [`TcpConfig::hystart`]): the
-//! initial slow start watches each round's minimum RTT (timestamps give a sample
-//! per ACK; without them, RACK's send times of segments sent once, kept for
-//! HyStart++ alone when SACK, and with it RACK, is off), and a rise by RttThresh (an eighth of the last round's, within 4–16
-//! ms) turns it into Conservative Slow Start at a quarter of the growth, back to
-//! slow start if the RTT falls below the baseline, or after five rounds into
-//! congestion avoidance at ssthresh = cwnd (for CUBIC, RFC 9438 §4.10's epoch with
-//! W_max = cwnd); later slow starts, after a timeout, are plain; SACK (RFC 2018,
-//! [`TcpConfig::sack`]): blocks for out-of-order data, newest first, and a
-//! scoreboard driving RFC 6675 loss recovery (duplicate ACKs as its §2 counts
-//! them: every ACK that SACKs new data; IsLost, NextSeg, pipe; blocks outside
-//! SND.UNA..SND.MAX ignored), NewReno recovery (RFC 6582) without it;
-//! receive-buffer auto-tuning (Linux's dynamic right-sizing up to
-//! [`TcpConfig::recv_buffer_max`], the window scale chosen for that ceiling); and
-//! header prediction ([`TcpConfig::header_prediction`]), a short path for pure ACKs
-//! and in-order data (acknowledging new data or not) in ESTABLISHED, checked against
-//! the general path by a property test.
+//! Reno-friendly region, fast convergence), with slow start from RFC 6928's initial
+//! window of up to 10 segments ([`TcpConfig::large_initial_window`]), fast
+//! retransmit and Limited Transmit (RFC 3042); HyStart++ (RFC 9406,
+//! [`TcpConfig::hystart`]): the initial slow start watches each round's minimum RTT
+//! (timestamps give a sample per ACK; without them, RACK's send times of segments
+//! sent once, kept for HyStart++ alone when SACK, and with it RACK, is off), and a
+//! rise by RttThresh (an eighth of the last round's, within 4–16 ms) turns it into
+//! Conservative Slow Start at a quarter of the growth, back to slow start if the
+//! RTT falls below the baseline, or after five rounds into congestion avoidance at
+//! ssthresh = cwnd (for CUBIC, RFC 9438 §4.10's epoch with W_max = cwnd); later
+//! slow starts, after a timeout, are plain; SACK (RFC 2018, [`TcpConfig::sack`]):
+//! blocks for out-of-order data, newest first, and a scoreboard driving RFC 6675
+//! loss recovery (duplicate ACKs as its §2 counts them: every ACK that SACKs new
+//! data; IsLost, NextSeg, pipe; blocks outside SND.UNA..SND.MAX ignored), NewReno
+//! recovery (RFC 6582) without it; receive-buffer auto-tuning (Linux's dynamic
+//! right-sizing up to [`TcpConfig::recv_buffer_max`], the window scale chosen for
+//! that ceiling); and header prediction ([`TcpConfig::header_prediction`]), a short
+//! path for pure ACKs and in-order data (acknowledging new data or not) in
+//! ESTABLISHED, checked against the general path by a property test.
 //!
 //! Tail Loss Probe (RFC 8985 §7, [`TcpConfig::tail_loss_probe`]): when no ACK came
 //! for PTO = 2·SRTT plus the peer's ACK delay (our own delayed-ACK bound, at least
